@@ -1,0 +1,156 @@
+/*
+ * cudafd.h - a pollable file descriptor for CUDA stream progress.
+ *
+ * A notifier owns one eventfd. cudafd_watch_stream() marks "all work enqueued
+ * on this stream so far"; when the GPU passes that point (or the context
+ * faults), a completion {token, status} is queued on the notifier and its fd
+ * becomes readable. Any event loop waits for the fd (epoll, poll, Tokio
+ * AsyncFd, asyncio add_reader) and then calls cudafd_drain() to collect every
+ * finished token in one batch.
+ *
+ * Readiness contract: the fd is readable exactly while completions are queued
+ * (or the notifier is closed). cudafd_drain() that empties the queue also
+ * clears the fd, under the same lock as the producers, so a completion is
+ * never lost and never reported twice. Level-triggered and edge-triggered
+ * polling both work: after an edge, drain until cudafd_drain() returns 0.
+ *
+ * Threads: cudafd runs its own native waiter threads (a bounded pool shared by
+ * every notifier in the process) and, for the hostfunc mechanism, code on the
+ * driver's callback thread. None of them calls back into the caller: they only
+ * queue completions and write the eventfd.
+ *
+ * Every function that returns int returns CUDAFD_OK (0) or a negative
+ * CUDAFD_E_* code; cudafd_last_error() then describes the failure on the
+ * calling thread. A CUDA error met while setting up a watch is returned as
+ * CUDAFD_E_CUDA with the CUresult in cudafd_last_cuda_error().
+ */
+#ifndef CUDAFD_H
+#define CUDAFD_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped on every incompatible change of this header. */
+#define CUDAFD_ABI_VERSION 1
+
+/* Return codes (negative). */
+#define CUDAFD_OK 0
+#define CUDAFD_E_INVALID (-1)       /* bad argument (NULL notifier, unknown mechanism, ...) */
+#define CUDAFD_E_CLOSED (-2)        /* the notifier was closed */
+#define CUDAFD_E_NOMEM (-3)         /* out of memory */
+#define CUDAFD_E_SYS (-4)           /* a system call failed; the message carries errno */
+#define CUDAFD_E_NODRIVER (-5)      /* the driver library could not be loaded or initialised */
+#define CUDAFD_E_STATE (-6)         /* call not allowed now (driver path after the driver loaded) */
+#define CUDAFD_E_CUDA (-7)          /* a driver call failed: see cudafd_last_cuda_error() */
+#define CUDAFD_E_UNSUPPORTED (-8)   /* mechanism not available with this driver */
+#define CUDAFD_E_UNKNOWN_TOKEN (-9) /* cancel: token unknown, already completed or cancelled */
+
+/* Completion status values beside 0 (the point was reached): a positive CUresult
+ * (the driver's error for the awaited work, e.g. 700 CUDA_ERROR_ILLEGAL_ADDRESS). */
+
+/* Mechanisms: how a notifier learns that the GPU passed a point. */
+#define CUDAFD_MECH_EVENT 0    /* pooled blocking-sync event; shared waiters spin briefly, then block */
+#define CUDAFD_MECH_HOSTFUNC 1 /* cuLaunchHostFunc on a side stream; a watchdog surfaces faults */
+#define CUDAFD_MECH_SPIN 2     /* pooled event; a shared waiter polls while waits are pending */
+
+/* Tunables for cudafd_set_option(); process-wide, take effect for new waits. */
+#define CUDAFD_OPT_SPIN_NS 0     /* how long the poller watches a wait before a blocking waiter takes it */
+#define CUDAFD_OPT_MAX_THREADS 1 /* cap on blocking waiter threads (the poller and watchdog are extra) */
+#define CUDAFD_OPT_LINGER_NS 2   /* how long the poller stays awake after its last completion */
+#define CUDAFD_OPT_WATCHDOG_NS 3 /* hostfunc: how often pending points are checked for faults */
+
+typedef struct cudafd_notifier cudafd_notifier;
+
+typedef struct cudafd_completion {
+    uint64_t token; /* as returned by cudafd_watch_*() */
+    int64_t status; /* 0, or the CUresult of the failure */
+} cudafd_completion;
+
+/* ---- library and driver ---- */
+
+int cudafd_abi_version(void);
+const char *cudafd_version(void);
+
+/* Thread-local description of the last failure on this thread ("" if none). */
+const char *cudafd_last_error(void);
+/* The CUresult behind the last CUDAFD_E_CUDA on this thread. */
+int cudafd_last_cuda_error(void);
+
+/* Choose the driver library (path or soname) before it is first loaded.
+ * NULL restores the default: $CUDAFD_DRIVER if set, else "libcuda.so.1".
+ * After the driver loaded: CUDAFD_OK if the same path, else CUDAFD_E_STATE. */
+int cudafd_set_driver(const char *path);
+/* Load and initialise the driver (idempotent, thread-safe). */
+int cudafd_driver_load(void);
+/* The path given to dlopen ("" before any load attempt). */
+const char *cudafd_driver_path(void);
+/* The driver's version, e.g. 13000 (loads the driver). */
+int cudafd_driver_version(int *version);
+/* Fill *name with the driver's name for a CUresult ("CUDA_ERROR_ILLEGAL_ADDRESS");
+ * falls back to "CUDA_ERROR_<code>" where the driver does not know it. Never NULL. */
+const char *cudafd_cuda_error_name(int code);
+
+int cudafd_set_option(int option, int64_t value);
+int cudafd_get_option(int option, int64_t *value);
+/* CUDAFD_OK if the mechanism can be used here, else why not (see last_error). */
+int cudafd_mechanism_available(int mechanism);
+
+/* ---- notifiers ---- */
+
+/* A new notifier with its own nonblocking, close-on-exec eventfd. */
+int cudafd_notifier_create(int mechanism, cudafd_notifier **out);
+/* The eventfd to poll for readability (-1 for NULL). Owned by the notifier. */
+int cudafd_notifier_fd(const cudafd_notifier *n);
+/* Mark the current end of the stream: completes when all work enqueued on
+ * `stream` before this call has finished. stream may be 0 (legacy default
+ * stream of the current context), CU_STREAM_LEGACY or CU_STREAM_PER_THREAD.
+ * The stream's context is made current where needed and restored after. */
+int cudafd_watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token);
+/* Completes when the event's record that was latest at the time of this call
+ * has completed (an event never recorded completes at once). The event may be
+ * recorded again or destroyed as soon as this returns. The calling thread's
+ * current context hosts the wait (a side stream of it waits for the event;
+ * the event may belong to another context); one must be current. */
+int cudafd_watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token);
+/* Detach a pending wait: it will not be reported. The GPU work is unaffected. */
+int cudafd_cancel(cudafd_notifier *n, uint64_t token);
+/* Move up to `max` completions into out[]; returns how many (>= 0), or
+ * CUDAFD_E_CLOSED once the notifier is closed and nothing is queued. */
+int cudafd_drain(cudafd_notifier *n, cudafd_completion *out, int max);
+/* Number of watches not yet drained or cancelled. */
+int cudafd_notifier_pending(const cudafd_notifier *n);
+/* Close: every pending wait is detached (its GPU work goes on), queued
+ * completions are dropped, the fd stays open and becomes readable, and every
+ * later watch or drain returns CUDAFD_E_CLOSED. Idempotent; any thread. */
+int cudafd_notifier_close(cudafd_notifier *n);
+/* Close, then release the notifier and its fd. No other call on `n` may be in
+ * progress or follow. */
+void cudafd_notifier_destroy(cudafd_notifier *n);
+
+/* ---- accounting ---- */
+
+/* Live counts, by index (stable within an ABI version):
+ *   0 threads    native threads of cudafd alive now
+ *   1 events     CUevents created by cudafd and not yet destroyed
+ *   2 eventfds   eventfds open
+ *   3 pending    wait records alive (attached or detached, not yet finished)
+ *   4 notifiers  notifiers created and not yet destroyed
+ *   5 contexts   per-context records (event pools, side streams)
+ *   6 streams    side streams created by cudafd (hostfunc)
+ * and cumulative totals:
+ *   7 completed  completions delivered
+ *   8 spun       completions found by the polling waiter
+ *   9 blocked    completions found by a blocking waiter
+ *  10 faults     completions with a nonzero status */
+#define CUDAFD_STAT_COUNT 11
+const char *cudafd_stat_name(int index);
+/* Fill out[0..n) with the counts; returns how many were filled. */
+int cudafd_stats(int64_t *out, int n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CUDAFD_H */

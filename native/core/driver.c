@@ -1,0 +1,187 @@
+/*
+ * driver.c - loading the CUDA driver (or the simulator) at run time.
+ *
+ * The library is dlopen()ed by path or soname ($CUDAFD_DRIVER, a path set by
+ * cudafd_set_driver(), or "libcuda.so.1") and every entry point is resolved
+ * through cuGetProcAddress_v2 for the CUDA 12.0 ABI (CUDAFD_CUDA_API_VERSION):
+ * drivers keep older ABI versions of an entry point available under the same
+ * name, so one build works with CUDA 12 and 13 drivers. Where
+ * cuGetProcAddress_v2 is missing (CUDA 11) the old four-argument
+ * cuGetProcAddress, and then plain dlsym, are tried.
+ *
+ * The handle is never closed: waiter threads may be inside the driver at exit.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+struct cfd_driver cu;
+
+static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
+static char chosen_path[1024]; /* set by cudafd_set_driver */
+static char loaded_path[1024]; /* what dlopen got, once loaded */
+static _Atomic int loaded;     /* 1 once every entry point is resolved and cuInit passed */
+
+static __thread char last_error[512];
+static __thread int last_cuda_error;
+
+int64_t cfd_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int cfd_fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+CFD_API const char *cudafd_cuda_error_name(int code)
+{
+    static __thread char fallback[32];
+    const char *name = NULL;
+    if (loaded && cu.cuGetErrorName && cu.cuGetErrorName(code, &name) == CUDA_SUCCESS && name)
+        return name;
+    snprintf(fallback, sizeof fallback, "CUDA_ERROR_%d", code);
+    return fallback;
+}
+
+int cfd_fail_cuda(CUresult r, const char *what)
+{
+    last_cuda_error = r;
+    return cfd_fail(CUDAFD_E_CUDA, "%s failed: %s (%d)", what, cudafd_cuda_error_name(r), r);
+}
+
+CFD_API const char *cudafd_last_error(void) { return last_error; }
+CFD_API int cudafd_last_cuda_error(void) { return last_cuda_error; }
+CFD_API int cudafd_abi_version(void) { return CUDAFD_ABI_VERSION; }
+CFD_API const char *cudafd_version(void) { return "0.1.0"; }
+
+static const char *default_path(void)
+{
+    const char *env = getenv("CUDAFD_DRIVER");
+    return (env && *env) ? env : "libcuda.so.1";
+}
+
+CFD_API int cudafd_set_driver(const char *path)
+{
+    if (path && strlen(path) >= sizeof chosen_path)
+        return cfd_fail(CUDAFD_E_INVALID, "driver path longer than %zu bytes", sizeof chosen_path - 1);
+    pthread_mutex_lock(&load_mu);
+    int rc = CUDAFD_OK;
+    if (loaded) {
+        const char *want = path ? path : default_path();
+        if (strcmp(want, loaded_path) != 0)
+            rc = cfd_fail(CUDAFD_E_STATE, "the driver %s is already loaded; choose the driver before first use",
+                          loaded_path);
+    } else {
+        snprintf(chosen_path, sizeof chosen_path, "%s", path ? path : "");
+    }
+    pthread_mutex_unlock(&load_mu);
+    return rc;
+}
+
+CFD_API const char *cudafd_driver_path(void) { return loaded_path; }
+
+static void *resolve(void *lib, const char *name)
+{
+    static cuGetProcAddress_v2_t gpa2;
+    static cuGetProcAddress_v1_t gpa1;
+    if (!gpa2 && !gpa1) {
+        gpa2 = (cuGetProcAddress_v2_t)dlsym(lib, "cuGetProcAddress_v2");
+        if (!gpa2)
+            gpa1 = (cuGetProcAddress_v1_t)dlsym(lib, "cuGetProcAddress");
+    }
+    void *fn = NULL;
+    if (gpa2) {
+        CUdriverProcAddressQueryResult st = 0;
+        if (gpa2(name, &fn, CUDAFD_CUDA_API_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &st) != CUDA_SUCCESS)
+            fn = NULL;
+    } else if (gpa1) {
+        if (gpa1(name, &fn, CUDAFD_CUDA_API_VERSION, CU_GET_PROC_ADDRESS_DEFAULT) != CUDA_SUCCESS)
+            fn = NULL;
+    }
+    return fn ? fn : dlsym(lib, name);
+}
+
+static int load_locked(void)
+{
+    const char *path = chosen_path[0] ? chosen_path : default_path();
+    dlerror();
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+        return cfd_fail(CUDAFD_E_NODRIVER, "cannot load the CUDA driver %s: %s", path, dlerror());
+    struct cfd_driver table;
+    memset(&table, 0, sizeof table);
+#define CFD_RESOLVE_ENTRY(name, params) table.name = (CUresult(*) params)resolve(lib, #name);
+    CUDAFD_DRIVER_ENTRY_POINTS(CFD_RESOLVE_ENTRY)
+#undef CFD_RESOLVE_ENTRY
+#define CFD_CHECK_ENTRY(name, params)                                                              \
+    if (!table.name && strcmp(#name, "cuLaunchHostFunc") != 0)                                     \
+        return cfd_fail(CUDAFD_E_NODRIVER, "the driver %s lacks %s (a driver for CUDA 12 or newer is needed)", \
+                        path, #name);
+    CUDAFD_DRIVER_ENTRY_POINTS(CFD_CHECK_ENTRY)
+#undef CFD_CHECK_ENTRY
+    CUresult r = table.cuInit(0);
+    if (r != CUDA_SUCCESS) {
+        const char *name = NULL;
+        if (table.cuGetErrorName(r, &name) != CUDA_SUCCESS || !name)
+            name = "unknown error";
+        last_cuda_error = r;
+        return cfd_fail(CUDAFD_E_NODRIVER, "cuInit failed in %s: %s (%d)", path, name, r);
+    }
+    cu = table;
+    snprintf(loaded_path, sizeof loaded_path, "%s", path);
+    return CUDAFD_OK;
+}
+
+CFD_API int cudafd_driver_load(void)
+{
+    if (atomic_load_explicit(&loaded, memory_order_acquire))
+        return CUDAFD_OK;
+    pthread_mutex_lock(&load_mu);
+    int rc = CUDAFD_OK;
+    if (!loaded) {
+        rc = load_locked();
+        if (rc == CUDAFD_OK)
+            atomic_store_explicit(&loaded, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&load_mu);
+    return rc;
+}
+
+int cfd_driver_ready(void) { return cudafd_driver_load(); }
+
+CFD_API int cudafd_driver_version(int *version)
+{
+    if (!version)
+        return cfd_fail(CUDAFD_E_INVALID, "version is NULL");
+    int rc = cudafd_driver_load();
+    if (rc != CUDAFD_OK)
+        return rc;
+    CUresult r = cu.cuDriverGetVersion(version);
+    return r == CUDA_SUCCESS ? CUDAFD_OK : cfd_fail_cuda(r, "cuDriverGetVersion");
+}
+
+CFD_API int cudafd_mechanism_available(int mechanism)
+{
+    if (mechanism < CUDAFD_MECH_EVENT || mechanism > CUDAFD_MECH_SPIN)
+        return cfd_fail(CUDAFD_E_INVALID, "unknown mechanism %d", mechanism);
+    int rc = cudafd_driver_load();
+    if (rc != CUDAFD_OK)
+        return rc;
+    if (mechanism == CUDAFD_MECH_HOSTFUNC && !cu.cuLaunchHostFunc)
+        return cfd_fail(CUDAFD_E_UNSUPPORTED, "the driver %s has no cuLaunchHostFunc", loaded_path);
+    return CUDAFD_OK;
+}

@@ -1,0 +1,200 @@
+/*
+ * hostfunc.c - the hostfunc mechanism: the driver itself tells us.
+ *
+ * For each point, a pooled event is recorded on the caller's stream; a side
+ * stream waits for it and then runs a host function (cuLaunchHostFunc). The
+ * caller's stream never waits for the host function, so it pays only the
+ * event record. The host function runs on the driver's callback thread, where
+ * no CUDA call is allowed: the trampoline only queues the completion and
+ * writes the eventfd (parking, never destroying, the event).
+ *
+ * Fact relied on: after a fault the driver never runs host functions of that
+ * context. A watchdog thread therefore queries the event of every point
+ * pending longer than CUDAFD_OPT_WATCHDOG_NS and completes it with the
+ * driver's error when the query reports one: a fault surfaces within about
+ * two watchdog periods instead of never.
+ *
+ * Side streams are shared by hashing the caller's stream onto
+ * CFD_SIDE_STREAMS per context; two streams that share one can delay each
+ * other's notification (not their work) while one waits on a long kernel.
+ */
+#include <stdlib.h>
+#include <time.h>
+
+#include "internal.h"
+
+#define WATCHDOG_BATCH 256
+
+static void *watchdog_main(void *arg);
+
+static void hf_link(cfd_wait *w)
+{
+    w->hprev = NULL;
+    w->next = g.hf_pending;
+    if (g.hf_pending)
+        g.hf_pending->hprev = w;
+    g.hf_pending = w;
+}
+
+static void hf_unlink(cfd_wait *w)
+{
+    if (w->hprev)
+        w->hprev->next = w->next;
+    else
+        g.hf_pending = w->next;
+    if (w->next)
+        w->next->hprev = w->hprev;
+    w->next = w->hprev = NULL;
+}
+
+static void trampoline(void *data)
+{
+    uint64_t token = (uint64_t)(uintptr_t)data;
+    pthread_mutex_lock(&g.mu);
+    cfd_wait *w = cfd_wait_lookup(token);
+    if (w) { /* else the watchdog already reported a fault for it */
+        hf_unlink(w);
+        cfd_wait_complete(w, 0, true);
+        if (!g.hf_pending)
+            pthread_cond_signal(&g.watchdog_cv);
+    }
+    pthread_mutex_unlock(&g.mu);
+}
+
+int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, CUevent user_event,
+                       uint64_t *token)
+{
+    if (!cu.cuLaunchHostFunc)
+        return cfd_fail(CUDAFD_E_UNSUPPORTED, "the driver has no cuLaunchHostFunc");
+    CUstream side = NULL;
+    CUevent ev = NULL;
+    uintptr_t key = user_stream ? (uintptr_t)user_stream : (uintptr_t)user_event;
+    int rc = cfd_side_stream(cx, key, &side);
+    if (rc != CUDAFD_OK)
+        return rc;
+    CUresult r;
+    if (user_stream) {
+        /* the point on the caller's stream, then the side stream waits for it */
+        rc = cfd_record(cx, user_stream, &ev);
+        if (rc == CUDAFD_OK && (r = cu.cuStreamWaitEvent(side, ev, 0)) != CUDA_SUCCESS)
+            rc = cfd_fail_cuda(r, "cuStreamWaitEvent (side stream)");
+    } else {
+        /* the side stream waits for the caller's event; our event marks that */
+        if ((r = cu.cuStreamWaitEvent(side, user_event, 0)) != CUDA_SUCCESS)
+            rc = cfd_fail_cuda(r, "cuStreamWaitEvent on the event");
+        if (rc == CUDAFD_OK)
+            rc = cfd_record(cx, side, &ev);
+    }
+    if (rc != CUDAFD_OK) {
+        if (ev) {
+            pthread_mutex_lock(&g.mu);
+            cfd_ctx_give_event(cx, ev);
+            pthread_mutex_unlock(&g.mu);
+        }
+        return rc;
+    }
+
+    pthread_mutex_lock(&g.mu);
+    cfd_wait *w = NULL;
+    if (n->closed)
+        rc = cfd_fail(CUDAFD_E_CLOSED, "the notifier is closed");
+    else if (!(w = cfd_wait_new(n, cx, ev)))
+        rc = cfd_fail(CUDAFD_E_NOMEM, "out of memory for a wait");
+    else if (!g.watchdog_running) {
+        if ((rc = cfd_start_thread(watchdog_main, "cudafd-watchdog")) == CUDAFD_OK)
+            g.watchdog_running = true;
+    }
+    if (rc != CUDAFD_OK) {
+        if (w)
+            cfd_wait_discard(w);
+        else
+            cfd_ctx_give_event(cx, ev);
+        pthread_mutex_unlock(&g.mu);
+        return rc;
+    }
+    hf_link(w);
+    uint64_t tok = w->token;
+    pthread_mutex_unlock(&g.mu);
+
+    /* From here the trampoline may run (and free w) at any moment. */
+    r = cu.cuLaunchHostFunc(side, trampoline, (void *)(uintptr_t)tok);
+    if (r != CUDA_SUCCESS) {
+        pthread_mutex_lock(&g.mu);
+        if ((w = cfd_wait_lookup(tok)) != NULL) {
+            hf_unlink(w);
+            cfd_wait_discard(w);
+        }
+        pthread_mutex_unlock(&g.mu);
+        return cfd_fail_cuda(r, "cuLaunchHostFunc");
+    }
+    *token = tok;
+    return CUDAFD_OK;
+}
+
+static void wait_ns(int64_t ns)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t t = (int64_t)ts.tv_nsec + ns;
+    ts.tv_sec += (time_t)(t / 1000000000);
+    ts.tv_nsec = (long)(t % 1000000000);
+    pthread_cond_timedwait(&g.watchdog_cv, &g.mu, &ts);
+}
+
+static void bury_parked_events(void)
+{
+    /* events parked by the trampoline while nothing was open */
+    if (g.nopen == 0 && !g.watchdog_querying)
+        cfd_quiesce_locked();
+}
+
+static void *watchdog_main(void *arg)
+{
+    static struct {
+        uint64_t token;
+        CUevent ev;
+        CUcontext ctx;
+        CUresult r;
+    } batch[WATCHDOG_BATCH];
+    CUcontext current = NULL;
+    pthread_mutex_lock(&g.mu);
+    for (;;) {
+        bury_parked_events();
+        if (!g.hf_pending) {
+            if (g.nopen == 0)
+                break;
+            pthread_cond_wait(&g.watchdog_cv, &g.mu);
+            continue;
+        }
+        wait_ns(g.watchdog_ns);
+        int64_t old = cfd_now_ns() - g.watchdog_ns;
+        int k = 0;
+        for (cfd_wait *w = g.hf_pending; w && k < WATCHDOG_BATCH; w = w->next)
+            if (w->t0 <= old)
+                batch[k++].token = w->token, batch[k - 1].ev = w->ev, batch[k - 1].ctx = w->cx->ctx;
+        if (k == 0)
+            continue;
+        g.watchdog_querying = true;
+        pthread_mutex_unlock(&g.mu);
+        for (int i = 0; i < k; i++) {
+            if (batch[i].ctx != current && cu.cuCtxSetCurrent(batch[i].ctx) == CUDA_SUCCESS)
+                current = batch[i].ctx;
+            batch[i].r = cu.cuEventQuery(batch[i].ev);
+        }
+        pthread_mutex_lock(&g.mu);
+        g.watchdog_querying = false;
+        for (int i = 0; i < k; i++) {
+            if (batch[i].r == CUDA_SUCCESS || batch[i].r == CUDA_ERROR_NOT_READY)
+                continue;
+            cfd_wait *w = cfd_wait_lookup(batch[i].token);
+            if (w) {
+                hf_unlink(w);
+                cfd_wait_complete(w, batch[i].r, false);
+            }
+        }
+    }
+    g.watchdog_running = false;
+    cfd_thread_exit_locked();
+    pthread_mutex_unlock(&g.mu);
+    return arg;
+}

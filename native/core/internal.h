@@ -1,0 +1,179 @@
+/*
+ * internal.h - shared state of the native core.
+ *
+ * Locking: one process-wide mutex, g.mu, guards waits, lanes, context records,
+ * thread bookkeeping and every notifier's list of attached waits. Each
+ * notifier's completion queue has its own mutex (n->mu), always taken inside
+ * g.mu when both are held. No driver call is made with n->mu held; driver calls
+ * under g.mu are limited to cuEventDestroy/cuStreamDestroy on the rare paths
+ * that retire resources.
+ *
+ * Nothing in this library calls into Python or any caller-supplied code: the
+ * only way out is a completion queued on a notifier and a write to its eventfd.
+ */
+#ifndef CUDAFD_INTERNAL_H
+#define CUDAFD_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../../include/cudafd.h"
+#include "../cuda_abi.h"
+
+#define CFD_API __attribute__((visibility("default")))
+
+/* ---- driver entry points (driver.c) ---- */
+struct cfd_driver {
+#define CFD_DECLARE_ENTRY(name, params) CUresult(*name) params;
+    CUDAFD_DRIVER_ENTRY_POINTS(CFD_DECLARE_ENTRY)
+#undef CFD_DECLARE_ENTRY
+};
+extern struct cfd_driver cu;
+
+int cfd_driver_ready(void); /* loads on first use; CUDAFD_OK or an error code */
+int cfd_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int cfd_fail_cuda(CUresult r, const char *what);
+
+/* ---- time and pausing ---- */
+int64_t cfd_now_ns(void);
+static inline void cfd_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* ---- per-context records (contexts.c) ---- */
+#define CFD_SIDE_STREAMS 8
+typedef struct cfd_ctx {
+    CUcontext ctx;
+    struct cfd_ctx *next;
+    CUevent *pool; /* free events, all CU_EVENT_BLOCKING_SYNC | DISABLE_TIMING */
+    int npool, cappool;
+    CUstream side[CFD_SIDE_STREAMS]; /* hostfunc side streams, created lazily */
+    int nwaits;                      /* waits referring to this record */
+} cfd_ctx;
+
+cfd_ctx *cfd_ctx_get(CUcontext ctx);              /* g.mu held; NULL on OOM */
+CUevent cfd_ctx_take_event(cfd_ctx *cx);          /* g.mu held; NULL if pool empty */
+void cfd_ctx_give_event(cfd_ctx *cx, CUevent ev); /* g.mu held; the event is idle */
+void cfd_ctx_release(cfd_ctx *cx);                /* g.mu held; drops one nwaits */
+void cfd_quiesce_locked(void);                    /* g.mu held: retire idle pools if nothing is open */
+int cfd_event_create(CUevent *ev);                /* caller's context current */
+/* A side stream of cx chosen by key (created on first use); cx->ctx current. */
+int cfd_side_stream(cfd_ctx *cx, uintptr_t key, CUstream *out);
+void cfd_event_destroy(CUevent ev);
+
+/* ---- waits and lanes (waits.c) ---- */
+enum { LANE_SPIN = 1, LANE_SLOW, LANE_BLOCKED };
+
+typedef struct cfd_wait {
+    uint64_t token; /* slot | generation << 32; 0 when the slot is free */
+    struct cudafd_notifier *n;   /* NULL once detached */
+    struct cfd_wait *nprev, *nnext; /* in the notifier's attached list */
+    struct cfd_wait *next;          /* in the lane, the hostfunc list or the free list */
+    struct cfd_wait *hprev;         /* in the hostfunc list */
+    struct cfd_lane *lane;
+    cfd_ctx *cx;
+    CUevent ev;   /* what is waited on */
+    bool owns_ev; /* ev came from the pool */
+    uint8_t mech;
+    int64_t t0;  /* when it was watched */
+} cfd_wait;
+
+typedef struct cfd_lane {
+    /* key */
+    CUcontext ctx;
+    uintptr_t stream;
+    uint64_t thread; /* per-thread default stream: the recording thread; else 0 */
+    uint8_t mech;
+    /* state */
+    struct cfd_lane *hnext; /* hash chain */
+    struct cfd_lane *lprev, *lnext; /* in the poller's list (SPIN or SLOW) */
+    struct cfd_lane *qnext;         /* in the blocker queue (SLOW) */
+    cfd_wait *head, *tail;
+    int state;
+    bool polling;     /* the poller holds a snapshot of head */
+    bool queued;      /* in the blocker queue */
+    int64_t since;    /* when the current head became head */
+    int64_t next_poll; /* SLOW: next slow query */
+    int64_t backoff;   /* SLOW: current interval */
+} cfd_lane;
+
+cfd_wait *cfd_wait_lookup(uint64_t token); /* g.mu held */
+/* Deliver the result of w, unlink it from its notifier and free it. g.mu held.
+ * from_hostfn: running on the driver's callback thread, where no driver call
+ * is allowed (idle events are parked rather than destroyed). */
+void cfd_wait_complete(cfd_wait *w, int64_t status, bool from_hostfn);
+void cfd_lane_pop(cfd_lane *l, int64_t status); /* complete the head; g.mu held */
+void cfd_lane_free(cfd_lane *l);                /* an empty lane nobody holds; g.mu held */
+/* Record a pooled event at the stream's end; the stream's context current. */
+int cfd_record(cfd_ctx *cx, CUstream stream, CUevent *out);
+cfd_wait *cfd_wait_new(struct cudafd_notifier *n, cfd_ctx *cx, CUevent ev); /* g.mu held; attached */
+void cfd_wait_discard(cfd_wait *w); /* undo cfd_wait_new before it was published; g.mu held */
+
+/* ---- notifiers (notifier.c) ---- */
+struct cudafd_notifier {
+    int fd;
+    int mech;
+    bool closed; /* written under g.mu and mu */
+    cfd_wait *attached; /* g.mu */
+    int nattached;      /* g.mu */
+    pthread_mutex_t mu; /* the completion queue */
+    cudafd_completion *q;
+    size_t qhead, qlen, qcap;
+};
+void cfd_notifier_push(struct cudafd_notifier *n, uint64_t token, int64_t status); /* g.mu held */
+
+/* ---- waiter threads (waiters.c, hostfunc.c) ---- */
+int cfd_lane_activate(cfd_lane *l); /* new non-empty lane: hand to the poller; g.mu held */
+int cfd_hostfunc_watch(struct cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream,
+                       CUevent user_event, uint64_t *token);
+
+/* ---- global state ---- */
+struct cfd_global {
+    pthread_mutex_t mu;
+    /* options */
+    int64_t spin_ns, linger_ns, watchdog_ns, max_threads;
+    /* poller */
+    pthread_cond_t poller_cv;
+    bool poller_running, poller_sleeping;
+    cfd_lane *spin_list, *slow_list; /* doubly linked via lprev/lnext */
+    atomic_int nspin;                /* lanes in spin_list, read without g.mu */
+    /* blockers */
+    pthread_cond_t blocker_cv;
+    cfd_lane *bq_head, *bq_tail;
+    int nblockers, idle_blockers;
+    /* hostfunc */
+    pthread_cond_t watchdog_cv;
+    bool watchdog_running, watchdog_querying;
+    cfd_wait *hf_pending; /* singly linked via next */
+    CUevent *graveyard;   /* events to destroy outside the callback thread */
+    int ngrave, capgrave;
+    /* life */
+    int nopen; /* notifiers created and not closed */
+    cfd_ctx *contexts;
+    /* accounting: live counts and totals, index = cudafd_stats() index */
+    int64_t stat[CUDAFD_STAT_COUNT];
+};
+extern struct cfd_global g;
+
+enum {
+    ST_THREADS, ST_EVENTS, ST_EVENTFDS, ST_PENDING, ST_NOTIFIERS, ST_CONTEXTS, ST_STREAMS,
+    ST_COMPLETED, ST_SPUN, ST_BLOCKED, ST_FAULTS
+};
+
+static inline void cfd_count(int index, int64_t delta)
+{
+    __atomic_fetch_add(&g.stat[index], delta, __ATOMIC_RELAXED);
+}
+
+int cfd_start_thread(void *(*fn)(void *), const char *name); /* g.mu held; counts it */
+void cfd_thread_exit_locked(void);                           /* g.mu held; uncounts it */
+
+#endif /* CUDAFD_INTERNAL_H */

@@ -1,0 +1,164 @@
+/*
+ * notifier.c - a notifier: an eventfd plus a queue of completions.
+ *
+ * Facts relied on (eventfd(2)): a nonblocking eventfd is readable while its
+ * counter is nonzero; write() adds to the counter, read() returns and zeroes
+ * it. cudafd keeps "counter nonzero" equal to "queue nonempty or closed" by
+ * writing only when a push finds the queue empty, and reading only when a
+ * drain empties it, both under the queue's mutex. So the fd is level-
+ * triggered on the queue: no completion can sit in the queue while the fd is
+ * quiet, and a drain never reports a completion twice.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+void cfd_detach_all(cudafd_notifier *n); /* waits.c */
+
+static void signal_fd(cudafd_notifier *n)
+{
+    uint64_t one = 1;
+    while (write(n->fd, &one, sizeof one) < 0 && errno == EINTR)
+        ;
+}
+
+static void clear_fd(cudafd_notifier *n)
+{
+    uint64_t value;
+    while (read(n->fd, &value, sizeof value) < 0 && errno == EINTR)
+        ;
+}
+
+CFD_API int cudafd_notifier_create(int mechanism, cudafd_notifier **out)
+{
+    if (!out)
+        return cfd_fail(CUDAFD_E_INVALID, "out is NULL");
+    *out = NULL;
+    int rc = cudafd_mechanism_available(mechanism);
+    if (rc != CUDAFD_OK)
+        return rc;
+    cudafd_notifier *n = calloc(1, sizeof *n);
+    if (!n)
+        return cfd_fail(CUDAFD_E_NOMEM, "out of memory for a notifier");
+    n->fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (n->fd < 0) {
+        int err = errno;
+        free(n);
+        return cfd_fail(CUDAFD_E_SYS, "eventfd: %s", strerror(err));
+    }
+    n->mech = mechanism;
+    pthread_mutex_init(&n->mu, NULL);
+    pthread_mutex_lock(&g.mu);
+    g.nopen++;
+    pthread_mutex_unlock(&g.mu);
+    cfd_count(ST_EVENTFDS, 1);
+    cfd_count(ST_NOTIFIERS, 1);
+    *out = n;
+    return CUDAFD_OK;
+}
+
+CFD_API int cudafd_notifier_fd(const cudafd_notifier *n) { return n ? n->fd : -1; }
+
+void cfd_notifier_push(cudafd_notifier *n, uint64_t token, int64_t status)
+{
+    pthread_mutex_lock(&n->mu);
+    if (n->qhead + n->qlen == n->qcap) {
+        if (n->qhead > 0) { /* compact before growing */
+            memmove(n->q, n->q + n->qhead, n->qlen * sizeof *n->q);
+            n->qhead = 0;
+        }
+        if (n->qlen == n->qcap) {
+            size_t cap = n->qcap ? 2 * n->qcap : 64;
+            cudafd_completion *grown = realloc(n->q, cap * sizeof *grown);
+            if (!grown) { /* cannot happen in practice; a lost completion would hang a waiter */
+                pthread_mutex_unlock(&n->mu);
+                abort();
+            }
+            n->q = grown;
+            n->qcap = cap;
+        }
+    }
+    n->q[n->qhead + n->qlen] = (cudafd_completion){.token = token, .status = status};
+    if (n->qlen++ == 0)
+        signal_fd(n);
+    pthread_mutex_unlock(&n->mu);
+}
+
+CFD_API int cudafd_drain(cudafd_notifier *n, cudafd_completion *out, int max)
+{
+    if (!n || (!out && max > 0) || max < 0)
+        return cfd_fail(CUDAFD_E_INVALID, "bad drain arguments");
+    pthread_mutex_lock(&n->mu);
+    int rc;
+    if (n->closed && n->qlen == 0) {
+        rc = cfd_fail(CUDAFD_E_CLOSED, "the notifier is closed");
+    } else {
+        size_t take = n->qlen < (size_t)max ? n->qlen : (size_t)max;
+        memcpy(out, n->q + n->qhead, take * sizeof *out);
+        n->qhead += take;
+        n->qlen -= take;
+        if (n->qlen == 0) {
+            n->qhead = 0;
+            if (take > 0 && !n->closed)
+                clear_fd(n);
+        }
+        rc = (int)take;
+    }
+    pthread_mutex_unlock(&n->mu);
+    return rc;
+}
+
+CFD_API int cudafd_notifier_pending(const cudafd_notifier *n)
+{
+    if (!n)
+        return cfd_fail(CUDAFD_E_INVALID, "notifier is NULL");
+    cudafd_notifier *m = (cudafd_notifier *)n;
+    pthread_mutex_lock(&g.mu);
+    pthread_mutex_lock(&m->mu);
+    int count = m->nattached + (int)m->qlen;
+    pthread_mutex_unlock(&m->mu);
+    pthread_mutex_unlock(&g.mu);
+    return count;
+}
+
+CFD_API int cudafd_notifier_close(cudafd_notifier *n)
+{
+    if (!n)
+        return cfd_fail(CUDAFD_E_INVALID, "notifier is NULL");
+    pthread_mutex_lock(&g.mu);
+    if (!n->closed) {
+        cfd_detach_all(n);
+        pthread_mutex_lock(&n->mu);
+        __atomic_store_n(&n->closed, true, __ATOMIC_RELEASE);
+        bool was_quiet = n->qlen == 0;
+        n->qhead = n->qlen = 0;
+        if (was_quiet)
+            signal_fd(n); /* wake whoever polls: the next drain says closed */
+        pthread_mutex_unlock(&n->mu);
+        g.nopen--;
+        cfd_quiesce_locked();
+        /* Waiter threads notice nopen == 0 and leave once idle. */
+        pthread_cond_broadcast(&g.poller_cv);
+        pthread_cond_broadcast(&g.blocker_cv);
+        pthread_cond_broadcast(&g.watchdog_cv);
+    }
+    pthread_mutex_unlock(&g.mu);
+    return CUDAFD_OK;
+}
+
+CFD_API void cudafd_notifier_destroy(cudafd_notifier *n)
+{
+    if (!n)
+        return;
+    cudafd_notifier_close(n);
+    close(n->fd);
+    pthread_mutex_destroy(&n->mu);
+    free(n->q);
+    free(n);
+    cfd_count(ST_EVENTFDS, -1);
+    cfd_count(ST_NOTIFIERS, -1);
+}

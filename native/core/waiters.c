@@ -1,0 +1,303 @@
+/*
+ * waiters.c - the shared native waiters of the event and spin mechanisms.
+ *
+ * One poller thread queries the head event of every lane that became active
+ * recently. Queries are cheap (no system call on a real GPU), so a short wait
+ * is found within microseconds by a thread that is already awake: no thread
+ * has to be woken on the critical path of a short wait. After the poller's
+ * last completion it stays awake for a linger window (CUDAFD_OPT_LINGER_NS),
+ * so back-to-back short waits keep finding it awake; then it sleeps on a
+ * condition variable and costs nothing.
+ *
+ * A lane whose head is still pending after CUDAFD_OPT_SPIN_NS (event
+ * mechanism only; the spin mechanism never gives up) moves to the slow list
+ * and is offered to a pool of blocking waiters, capped at
+ * CUDAFD_OPT_MAX_THREADS. A blocking waiter sleeps in cuEventSynchronize on a
+ * CU_EVENT_BLOCKING_SYNC event, so a long wait costs no CPU, and one long
+ * kernel never delays another lane while the cap is not reached. Lanes beyond
+ * the cap are queried by the poller with exponential backoff (0.5 to 20 ms),
+ * so even then a completion or a fault is noticed; nothing can hang.
+ *
+ * Ownership: a lane in the spin or slow list is owned by the poller, which
+ * alone pops its head; a blocker takes a slow lane (state BLOCKED) only when
+ * the poller is not holding a snapshot of it (l->polling). A lane's waits are
+ * therefore completed by exactly one thread, in order.
+ *
+ * Threads exit once no notifier is open and they have nothing left to wait
+ * for; detached waits still in flight keep them until the GPU passes them.
+ */
+#include <errno.h>
+#include <time.h>
+
+#include "internal.h"
+
+#define SNAP_MAX 512
+#define SLOW_FIRST_NS (500 * 1000)
+#define SLOW_MAX_NS (20 * 1000 * 1000)
+
+static void *poller_main(void *arg);
+static void *blocker_main(void *arg);
+
+static void list_add(cfd_lane **list, cfd_lane *l)
+{
+    l->lprev = NULL;
+    l->lnext = *list;
+    if (*list)
+        (*list)->lprev = l;
+    *list = l;
+}
+
+static void list_del(cfd_lane **list, cfd_lane *l)
+{
+    if (l->lprev)
+        l->lprev->lnext = l->lnext;
+    else
+        *list = l->lnext;
+    if (l->lnext)
+        l->lnext->lprev = l->lprev;
+    l->lprev = l->lnext = NULL;
+}
+
+static void cond_wait_ns(pthread_cond_t *cv, int64_t ns)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t t = (int64_t)ts.tv_nsec + ns;
+    ts.tv_sec += (time_t)(t / 1000000000);
+    ts.tv_nsec = (long)(t % 1000000000);
+    pthread_cond_timedwait(cv, &g.mu, &ts);
+}
+
+int cfd_lane_activate(cfd_lane *l)
+{
+    l->state = LANE_SPIN;
+    list_add(&g.spin_list, l);
+    atomic_fetch_add(&g.nspin, 1);
+    if (!g.poller_running) {
+        int rc = cfd_start_thread(poller_main, "cudafd-poller");
+        if (rc != CUDAFD_OK) {
+            list_del(&g.spin_list, l);
+            atomic_fetch_sub(&g.nspin, 1);
+            l->state = 0;
+            return rc;
+        }
+        g.poller_running = true;
+    } else if (g.poller_sleeping) {
+        pthread_cond_signal(&g.poller_cv);
+    }
+    return CUDAFD_OK;
+}
+
+/* Offer a slow lane to the blocking waiters, starting one if none is idle. */
+static void offer_to_blockers(cfd_lane *l)
+{
+    if (l->queued)
+        return;
+    l->queued = true;
+    l->qnext = NULL;
+    if (g.bq_tail)
+        g.bq_tail->qnext = l;
+    else
+        g.bq_head = l;
+    g.bq_tail = l;
+    if (g.idle_blockers > 0)
+        pthread_cond_signal(&g.blocker_cv);
+    else if (g.nblockers < g.max_threads && cfd_start_thread(blocker_main, "cudafd-blocker") == CUDAFD_OK)
+        g.nblockers++;
+    /* else: the poller keeps querying it with backoff until a blocker is free */
+}
+
+/* Leave the poller's lists; free the lane if nothing else refers to it. */
+static void retire_lane(cfd_lane *l)
+{
+    if (l->state == LANE_SPIN) {
+        list_del(&g.spin_list, l);
+        atomic_fetch_sub(&g.nspin, 1);
+    } else {
+        list_del(&g.slow_list, l);
+    }
+    l->state = 0;
+    if (!l->queued)
+        cfd_lane_free(l);
+}
+
+static void to_slow(cfd_lane *l, int64_t now)
+{
+    list_del(&g.spin_list, l);
+    atomic_fetch_sub(&g.nspin, 1);
+    l->state = LANE_SLOW;
+    l->backoff = SLOW_FIRST_NS;
+    l->next_poll = now + l->backoff;
+    list_add(&g.slow_list, l);
+    offer_to_blockers(l);
+}
+
+static void to_spin(cfd_lane *l, int64_t now)
+{
+    list_del(&g.slow_list, l);
+    l->state = LANE_SPIN;
+    l->since = now;
+    list_add(&g.spin_list, l);
+    atomic_fetch_add(&g.nspin, 1);
+}
+
+struct snap {
+    cfd_lane *lane;
+    CUevent ev;
+    CUcontext ctx;
+    CUresult r;
+};
+
+static void *poller_main(void *arg)
+{
+    static struct snap snap[SNAP_MAX]; /* one poller at a time */
+    CUcontext current = NULL;
+    int64_t last_done = 0;
+    pthread_mutex_lock(&g.mu);
+    for (;;) {
+        int64_t now = cfd_now_ns();
+        int k = 0;
+        int64_t next_slow = INT64_MAX;
+        for (cfd_lane *l = g.spin_list; l && k < SNAP_MAX; l = l->lnext)
+            snap[k++] = (struct snap){l, l->head->ev, l->head->cx->ctx, 0};
+        for (cfd_lane *l = g.slow_list; l && k < SNAP_MAX; l = l->lnext) {
+            if (l->next_poll <= now)
+                snap[k++] = (struct snap){l, l->head->ev, l->head->cx->ctx, 0};
+            else if (l->next_poll < next_slow)
+                next_slow = l->next_poll;
+        }
+        if (k == 0) {
+            if (!g.slow_list && g.nopen == 0)
+                break;
+            if (now < last_done + g.linger_ns) { /* stay awake for the next short wait */
+                int64_t until = last_done + g.linger_ns;
+                pthread_mutex_unlock(&g.mu);
+                while (atomic_load_explicit(&g.nspin, memory_order_relaxed) == 0 && cfd_now_ns() < until)
+                    for (int i = 0; i < 32; i++)
+                        cfd_cpu_relax();
+                pthread_mutex_lock(&g.mu);
+                last_done = 0;
+                continue;
+            }
+            g.poller_sleeping = true;
+            if (next_slow == INT64_MAX)
+                pthread_cond_wait(&g.poller_cv, &g.mu);
+            else
+                cond_wait_ns(&g.poller_cv, next_slow - now);
+            g.poller_sleeping = false;
+            continue;
+        }
+        for (int i = 0; i < k; i++)
+            snap[i].lane->polling = true;
+        pthread_mutex_unlock(&g.mu);
+        for (int i = 0; i < k; i++) {
+            if (snap[i].ctx != current && cu.cuCtxSetCurrent(snap[i].ctx) == CUDA_SUCCESS)
+                current = snap[i].ctx;
+            snap[i].r = cu.cuEventQuery(snap[i].ev);
+        }
+        pthread_mutex_lock(&g.mu);
+        now = cfd_now_ns();
+        bool progress = false;
+        for (int i = 0; i < k; i++) {
+            cfd_lane *l = snap[i].lane;
+            l->polling = false;
+            if (snap[i].r != CUDA_ERROR_NOT_READY) {
+                cfd_lane_pop(l, snap[i].r);
+                cfd_count(ST_SPUN, 1);
+                progress = true;
+                if (!l->head)
+                    retire_lane(l);
+                else if (l->state == LANE_SLOW)
+                    to_spin(l, now); /* its next waits are likely done too */
+            } else if (l->state == LANE_SPIN) {
+                if (l->mech == CUDAFD_MECH_EVENT && now - l->since > g.spin_ns)
+                    to_slow(l, now);
+            } else {
+                l->backoff = l->backoff * 2 > SLOW_MAX_NS ? SLOW_MAX_NS : l->backoff * 2;
+                l->next_poll = now + l->backoff;
+                offer_to_blockers(l); /* no-op if still queued */
+            }
+        }
+        if (progress)
+            last_done = now;
+        if (!progress && g.spin_list) {
+            pthread_mutex_unlock(&g.mu);
+            for (int i = 0; i < 64; i++)
+                cfd_cpu_relax();
+            pthread_mutex_lock(&g.mu);
+        }
+    }
+    g.poller_running = false;
+    cfd_thread_exit_locked();
+    pthread_mutex_unlock(&g.mu);
+    return arg;
+}
+
+/* The first queued lane a blocker may take; stale entries are dropped. */
+static cfd_lane *take_queued(void)
+{
+    cfd_lane **link = &g.bq_head, *prev = NULL;
+    while (*link) {
+        cfd_lane *l = *link;
+        if (l->state == LANE_SLOW && l->polling) { /* the poller holds it: skip for now */
+            prev = l;
+            link = &l->qnext;
+            continue;
+        }
+        *link = l->qnext;
+        if (g.bq_tail == l)
+            g.bq_tail = prev;
+        l->queued = false;
+        if (l->state == LANE_SLOW)
+            return l;
+        if (!l->state && !l->head)
+            cfd_lane_free(l); /* emptied while queued */
+    }
+    return NULL;
+}
+
+static void *blocker_main(void *arg)
+{
+    CUcontext current = NULL;
+    pthread_mutex_lock(&g.mu);
+    for (;;) {
+        cfd_lane *l = take_queued();
+        if (!l) {
+            if (g.nopen == 0 && !g.bq_head && !g.slow_list)
+                break;
+            g.idle_blockers++;
+            if (g.bq_head) /* only lanes the poller holds now: look again soon */
+                cond_wait_ns(&g.blocker_cv, 100 * 1000);
+            else
+                pthread_cond_wait(&g.blocker_cv, &g.mu);
+            g.idle_blockers--;
+            continue;
+        }
+        list_del(&g.slow_list, l);
+        l->state = LANE_BLOCKED;
+        bool block = true;
+        while (l->head) {
+            CUevent ev = l->head->ev;
+            CUcontext ctx = l->head->cx->ctx;
+            pthread_mutex_unlock(&g.mu);
+            if (ctx != current && cu.cuCtxSetCurrent(ctx) == CUDA_SUCCESS)
+                current = ctx;
+            CUresult r = block ? cu.cuEventSynchronize(ev) : cu.cuEventQuery(ev);
+            pthread_mutex_lock(&g.mu);
+            if (r == CUDA_ERROR_NOT_READY) {
+                block = true;
+                continue;
+            }
+            cfd_lane_pop(l, r);
+            cfd_count(ST_BLOCKED, 1);
+            block = false; /* the following waits are often done already */
+        }
+        l->state = 0;
+        if (!l->queued)
+            cfd_lane_free(l);
+    }
+    g.nblockers--;
+    cfd_thread_exit_locked();
+    pthread_mutex_unlock(&g.mu);
+    return arg;
+}

@@ -1,0 +1,69 @@
+/*
+ * cudafd_sim.h - a simulated CUDA driver for machines without a GPU.
+ *
+ * libcudafd_sim.so exports the driver entry points that cudafd and its Python
+ * helpers use (see SIM_ENTRY_POINTS in sim_api.c), with the driver's own
+ * signatures and error codes, plus the cudafdsim_* calls below to create
+ * contexts, launch timed kernels and inject faults.
+ *
+ * Semantics it reproduces:
+ *  - Streams run their operations in order; one scheduler thread stands for
+ *    the device and runs every stream's head operation as soon as it can.
+ *  - A kernel occupies its stream for its duration. A kernel launched with a
+ *    fault makes its context's state sticky: from the moment it ends, every
+ *    call on that context (queries, synchronizations, records, launches)
+ *    returns the fault; blocking synchronizations in flight return it too.
+ *  - Events complete in stream order; cuEventSynchronize really blocks (it
+ *    sleeps on a condition variable) until completion, a fault, or the
+ *    event's destruction. An event never recorded is complete.
+ *  - cuStreamWaitEvent makes a stream wait for the record of an event that
+ *    was latest when it was called.
+ *  - Host functions run in order on one separate "driver callback" thread,
+ *    block their stream until they return, and never run after a fault.
+ *  - Handles are checked: a destroyed or made-up stream or event gives
+ *    CUDA_ERROR_INVALID_HANDLE, a destroyed context
+ *    CUDA_ERROR_CONTEXT_IS_DESTROYED (never a crash).
+ *  - Stream handles 0 and CU_STREAM_LEGACY mean the current context's default
+ *    stream; CU_STREAM_PER_THREAD means the calling thread's own stream in
+ *    the current context.
+ *  - Devices: $CUDAFD_SIM_DEVICES of them (default 2), named
+ *    "cudafd simulated GPU <n>". Each has a primary context.
+ *  - cuModuleLoadData accepts any image; cuModuleGetFunction finds
+ *    "cudafd_spin", a kernel with parameters (uint64_t ns, uint32_t fault):
+ *    cuLaunchKernel runs it for ns nanoseconds, and if fault != 0 it faults
+ *    the context with CUDA_ERROR_ILLEGAL_ADDRESS, as the real kernel of that
+ *    name does on a GPU.
+ */
+#ifndef CUDAFD_SIM_H
+#define CUDAFD_SIM_H
+
+#include "../cuda_abi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CUDAFDSIM_ABI_VERSION 1
+int cudafdsim_abi_version(void);
+
+/* A new context on device `dev`, not made current anywhere. */
+CUresult cudafdsim_ctx_create(CUdevice dev, CUcontext *ctx);
+/* Destroy a context created by cudafdsim_ctx_create with its streams and events;
+ * blocked synchronizations on it return CUDA_ERROR_CONTEXT_IS_DESTROYED. */
+CUresult cudafdsim_ctx_destroy(CUcontext ctx);
+/* Enqueue a kernel running for duration_ns on `stream`; if fault != 0 (a
+ * CUresult), the context faults with it when the kernel ends. */
+CUresult cudafdsim_launch(CUstream stream, uint64_t duration_ns, CUresult fault);
+/* The context's sticky fault (0 if none); CUDA_ERROR_INVALID_CONTEXT if unknown. */
+CUresult cudafdsim_ctx_fault(CUcontext ctx, CUresult *fault);
+
+/* Live counts, for leak checks: 0 contexts (created, not destroyed; primary
+ * contexts count while retained), 1 streams, 2 events, 3 queued operations,
+ * 4 host functions run, 5 kernels run. Returns how many were filled. */
+#define CUDAFDSIM_STAT_COUNT 6
+int cudafdsim_stats(int64_t *out, int n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CUDAFD_SIM_H */

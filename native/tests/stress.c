@@ -1,0 +1,426 @@
+/*
+ * stress.c - the native core through its C API, against the simulator.
+ *
+ * Built and run by `make -C native check` (also with SAN=address and
+ * SAN=thread). $CUDAFD_DRIVER must name libcudafd_sim.so. Every check that
+ * fails prints its line; the last line reads "stress: N passed, M failed".
+ *
+ * Covered: ordering and exactly-once delivery across many streams and two
+ * contexts for every mechanism; waits from several threads at once; a
+ * cancellation storm; a fault with many pending waiters; close with pending
+ * waits; bad input; every live count back to zero at the end.
+ */
+#include <dlfcn.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../include/cudafd.h"
+#include "../sim/cudafd_sim.h"
+
+static int passed, failed;
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            passed++;                                                                              \
+        } else {                                                                                   \
+            failed++;                                                                              \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                       \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, " [%s]\n", cudafd_last_error());                                      \
+        }                                                                                          \
+    } while (0)
+
+/* simulator entry points, resolved from the same library the core loads */
+static CUresult (*sim_ctx_create)(CUdevice, CUcontext *);
+static CUresult (*sim_ctx_destroy)(CUcontext);
+static CUresult (*sim_launch)(CUstream, uint64_t, CUresult);
+static CUresult (*sim_push)(CUcontext);
+static CUresult (*sim_pop)(CUcontext *);
+static CUresult (*sim_stream_create)(CUstream *, unsigned);
+static CUresult (*sim_stream_destroy)(CUstream);
+static CUresult (*sim_event_create)(CUevent *, unsigned);
+static CUresult (*sim_event_record)(CUevent, CUstream);
+static CUresult (*sim_event_destroy)(CUevent);
+static int (*sim_stats)(int64_t *, int);
+
+static void load_sim(void)
+{
+    const char *path = getenv("CUDAFD_DRIVER");
+    void *lib = path ? dlopen(path, RTLD_NOW) : NULL;
+    if (!lib) {
+        fprintf(stderr, "stress: set CUDAFD_DRIVER to libcudafd_sim.so (%s)\n", dlerror());
+        exit(2);
+    }
+#define SYM(var, name) *(void **)&var = dlsym(lib, name)
+    SYM(sim_ctx_create, "cudafdsim_ctx_create");
+    SYM(sim_ctx_destroy, "cudafdsim_ctx_destroy");
+    SYM(sim_launch, "cudafdsim_launch");
+    SYM(sim_stats, "cudafdsim_stats");
+    SYM(sim_push, "cuCtxPushCurrent");
+    SYM(sim_pop, "cuCtxPopCurrent");
+    SYM(sim_stream_create, "cuStreamCreate");
+    SYM(sim_stream_destroy, "cuStreamDestroy");
+    SYM(sim_event_create, "cuEventCreate");
+    SYM(sim_event_record, "cuEventRecord");
+    SYM(sim_event_destroy, "cuEventDestroy");
+#undef SYM
+}
+
+static CUstream new_stream(CUcontext ctx)
+{
+    CUstream s = NULL;
+    CUcontext ignored;
+    sim_push(ctx);
+    sim_stream_create(&s, CU_STREAM_NON_BLOCKING);
+    sim_pop(&ignored);
+    return s;
+}
+
+static uint32_t rng = 12345;
+static uint32_t next_rand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 17;
+    rng ^= rng << 5;
+    return rng;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Wait on the fd and drain until `want` completions arrived or timeout. */
+static int collect(cudafd_notifier *n, cudafd_completion *got, int want, double timeout)
+{
+    int have = 0;
+    double deadline = now_s() + timeout;
+    while (have < want && now_s() < deadline) {
+        struct pollfd p = {.fd = cudafd_notifier_fd(n), .events = POLLIN};
+        poll(&p, 1, 50);
+        int k = cudafd_drain(n, got + have, want - have);
+        if (k < 0)
+            break;
+        have += k;
+    }
+    return have;
+}
+
+#define NSTREAMS 64
+#define PER_STREAM 40
+
+struct expect {
+    uint64_t token;
+    int stream;
+    int seq;
+};
+
+static int find(struct expect *e, int n, uint64_t token)
+{
+    for (int i = 0; i < n; i++)
+        if (e[i].token == token)
+            return i;
+    return -1;
+}
+
+static void test_ordering(int mech, CUcontext ctx_a, CUcontext ctx_b)
+{
+    cudafd_notifier *n = NULL;
+    CHECK(cudafd_notifier_create(mech, &n) == CUDAFD_OK, "create mech %d", mech);
+    CUstream streams[NSTREAMS];
+    for (int i = 0; i < NSTREAMS; i++)
+        streams[i] = new_stream(i % 2 ? ctx_b : ctx_a);
+    int total = NSTREAMS * PER_STREAM;
+    struct expect *e = calloc((size_t)total, sizeof *e);
+    int k = 0;
+    for (int j = 0; j < PER_STREAM; j++)
+        for (int i = 0; i < NSTREAMS; i++) {
+            sim_launch(streams[i], (next_rand() % 400) * 1000ull, 0); /* 0-400 us */
+            e[k].stream = i;
+            e[k].seq = j;
+            int rc = cudafd_watch_stream(n, (uintptr_t)streams[i], &e[k].token);
+            if (rc != CUDAFD_OK)
+                CHECK(rc == CUDAFD_OK, "watch %d", rc);
+            k++;
+        }
+    cudafd_completion *got = calloc((size_t)total, sizeof *got);
+    int have = collect(n, got, total, 20.0);
+    CHECK(have == total, "mech %d: %d of %d completions", mech, have, total);
+    int last_seq[NSTREAMS];
+    memset(last_seq, -1, sizeof last_seq);
+    int bad_order = 0, bad_status = 0, dup = 0;
+    for (int i = 0; i < have; i++) {
+        int idx = find(e, total, got[i].token);
+        if (idx < 0) {
+            dup++;
+            continue;
+        }
+        if (got[i].status != 0)
+            bad_status++;
+        if (e[idx].seq <= last_seq[e[idx].stream])
+            bad_order++;
+        last_seq[e[idx].stream] = e[idx].seq;
+        e[idx].token = 0; /* a second report would not be found */
+    }
+    CHECK(dup == 0 && bad_status == 0 && bad_order == 0, "mech %d: dup %d, status %d, order %d", mech, dup,
+          bad_status, bad_order);
+    CHECK(cudafd_notifier_pending(n) == 0, "pending %d", cudafd_notifier_pending(n));
+    cudafd_notifier_destroy(n);
+    for (int i = 0; i < NSTREAMS; i++)
+        sim_stream_destroy(streams[i]);
+    free(e);
+    free(got);
+}
+
+struct thread_arg {
+    cudafd_notifier *n;
+    CUstream stream;
+    int count;
+    int ok;
+};
+
+static void *watcher(void *p)
+{
+    struct thread_arg *a = p;
+    for (int i = 0; i < a->count; i++) {
+        uint64_t t;
+        sim_launch(a->stream, 20000, 0);
+        if (cudafd_watch_stream(a->n, (uintptr_t)a->stream, &t) == CUDAFD_OK)
+            a->ok++;
+    }
+    return NULL;
+}
+
+static void test_threads(int mech, CUcontext ctx)
+{
+    cudafd_notifier *n = NULL;
+    cudafd_notifier_create(mech, &n);
+    pthread_t th[4];
+    struct thread_arg args[4];
+    for (int i = 0; i < 4; i++) {
+        args[i] = (struct thread_arg){n, new_stream(ctx), 200, 0};
+        pthread_create(&th[i], NULL, watcher, &args[i]);
+    }
+    int ok = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        ok += args[i].ok;
+    }
+    CHECK(ok == 800, "mech %d: %d watches succeeded", mech, ok);
+    cudafd_completion got[800];
+    int have = collect(n, got, ok, 20.0);
+    CHECK(have == ok, "mech %d: %d of %d from threads", mech, have, ok);
+    cudafd_notifier_destroy(n);
+    for (int i = 0; i < 4; i++)
+        sim_stream_destroy(args[i].stream);
+}
+
+static void test_cancel(int mech, CUcontext ctx)
+{
+    cudafd_notifier *n = NULL;
+    cudafd_notifier_create(mech, &n);
+    CUstream s = new_stream(ctx);
+    enum { N = 400 };
+    uint64_t tok[N];
+    for (int i = 0; i < N; i++) {
+        sim_launch(s, 200000, 0); /* 200 us each: most are still pending when cancelled */
+        cudafd_watch_stream(n, (uintptr_t)s, &tok[i]);
+    }
+    int cancelled = 0;
+    bool was_cancelled[N] = {false};
+    for (int i = 0; i < N; i += 2)
+        if (cudafd_cancel(n, tok[i]) == CUDAFD_OK) /* else it had completed already */
+            was_cancelled[i] = true, cancelled++;
+    CHECK(cancelled > N / 4, "only %d cancels took", cancelled);
+    CHECK(cudafd_cancel(n, tok[N - 2]) == CUDAFD_E_UNKNOWN_TOKEN, "double cancel");
+    CHECK(cudafd_cancel(n, 0xdeadbeefull << 32) == CUDAFD_E_UNKNOWN_TOKEN, "made-up token");
+    cudafd_completion got[N];
+    int want = N - cancelled;
+    int have = collect(n, got, want, 10.0);
+    have += collect(n, got + have, N - have, 0.3); /* anything more would be a cancelled one */
+    CHECK(have == want, "mech %d: %d reported, %d expected after %d cancels", mech, have, want, cancelled);
+    int leaked = 0;
+    for (int i = 0; i < have; i++)
+        for (int j = 0; j < N; j++)
+            if (got[i].token == tok[j] && was_cancelled[j])
+                leaked++;
+    CHECK(leaked == 0, "%d cancelled tokens reported", leaked);
+    cudafd_notifier_destroy(n);
+    sim_stream_destroy(s);
+}
+
+static void test_fault(int mech)
+{
+    CUcontext bad = NULL, good = NULL;
+    sim_ctx_create(0, &bad);
+    sim_ctx_create(1, &good);
+    cudafd_notifier *n = NULL;
+    cudafd_notifier_create(mech, &n);
+    enum { S = 16, PER = 8 };
+    CUstream sb[S], sg = new_stream(good);
+    uint64_t tb[S * PER], tg;
+    for (int i = 0; i < S; i++)
+        sb[i] = new_stream(bad);
+    for (int j = 0; j < PER; j++)
+        for (int i = 0; i < S; i++) {
+            sim_launch(sb[i], 2000000000ull, 0); /* 2 s: only the fault can end these early */
+            cudafd_watch_stream(n, (uintptr_t)sb[i], &tb[j * S + i]);
+        }
+    sim_launch(sg, 1000000, 0);
+    cudafd_watch_stream(n, (uintptr_t)sg, &tg);
+    CUstream faulting = new_stream(bad);
+    sim_launch(faulting, 1000000, CUDA_ERROR_ILLEGAL_ADDRESS);
+    double t0 = now_s();
+    cudafd_completion got[S * PER + 1];
+    int have = collect(n, got, S * PER + 1, 1.5);
+    double took = now_s() - t0;
+    CHECK(have == S * PER + 1, "mech %d: %d of %d after fault", mech, have, S * PER + 1);
+    int faults = 0, good_ok = 0;
+    for (int i = 0; i < have; i++) {
+        if (got[i].token == tg)
+            good_ok = got[i].status == 0;
+        else if (got[i].status == CUDA_ERROR_ILLEGAL_ADDRESS)
+            faults++;
+    }
+    CHECK(faults == S * PER && good_ok, "mech %d: %d faults, other context ok %d", mech, faults, good_ok);
+    CHECK(took < 1.0, "mech %d: faults took %.3f s", mech, took);
+    uint64_t t;
+    int rc = cudafd_watch_stream(n, (uintptr_t)sb[0], &t);
+    CHECK(rc == CUDAFD_E_CUDA && cudafd_last_cuda_error() == CUDA_ERROR_ILLEGAL_ADDRESS,
+          "watch on a faulted context: %d", rc);
+    cudafd_notifier_destroy(n);
+    for (int i = 0; i < S; i++)
+        sim_stream_destroy(sb[i]);
+    sim_stream_destroy(faulting);
+    sim_stream_destroy(sg);
+    sim_ctx_destroy(bad);
+    sim_ctx_destroy(good);
+}
+
+static void test_close(int mech, CUcontext ctx)
+{
+    cudafd_notifier *n = NULL;
+    cudafd_notifier_create(mech, &n);
+    CUstream s = new_stream(ctx);
+    uint64_t t;
+    for (int i = 0; i < 50; i++) {
+        sim_launch(s, 200000, 0);
+        cudafd_watch_stream(n, (uintptr_t)s, &t);
+    }
+    CHECK(cudafd_notifier_pending(n) == 50, "pending before close");
+    CHECK(cudafd_notifier_close(n) == CUDAFD_OK, "close");
+    CHECK(cudafd_notifier_close(n) == CUDAFD_OK, "close twice");
+    struct pollfd p = {.fd = cudafd_notifier_fd(n), .events = POLLIN};
+    CHECK(poll(&p, 1, 0) == 1, "fd readable after close");
+    cudafd_completion c;
+    CHECK(cudafd_drain(n, &c, 1) == CUDAFD_E_CLOSED, "drain after close");
+    CHECK(cudafd_watch_stream(n, (uintptr_t)s, &t) == CUDAFD_E_CLOSED, "watch after close");
+    CHECK(cudafd_notifier_pending(n) == 0, "nothing pending after close");
+    cudafd_notifier_destroy(n);
+    sim_stream_destroy(s);
+}
+
+static void test_events(int mech, CUcontext ctx)
+{
+    cudafd_notifier *n = NULL;
+    cudafd_notifier_create(mech, &n);
+    CUstream s = new_stream(ctx);
+    CUevent ev = NULL;
+    CUcontext ignored;
+    sim_push(ctx);
+    sim_event_create(&ev, 0);
+    sim_launch(s, 100000, 0);
+    sim_event_record(ev, s);
+    uint64_t t;
+    CHECK(cudafd_watch_event(n, (uintptr_t)ev, &t) == CUDAFD_OK, "watch event");
+    sim_event_destroy(ev); /* allowed once the watch returned */
+    cudafd_completion c[1];
+    CHECK(collect(n, c, 1, 5.0) == 1 && c[0].token == t && c[0].status == 0, "event completion");
+    CHECK(cudafd_watch_event(n, (uintptr_t)ev, &t) == CUDAFD_E_CUDA, "destroyed event rejected");
+    sim_pop(&ignored);
+    CHECK(cudafd_watch_event(n, (uintptr_t)0x1234, &t) != CUDAFD_OK, "made-up event without context");
+    cudafd_notifier_destroy(n);
+    sim_stream_destroy(s);
+}
+
+static void test_bad_input(CUcontext ctx)
+{
+    cudafd_notifier *n = NULL;
+    uint64_t t;
+    CHECK(cudafd_notifier_create(7, &n) == CUDAFD_E_INVALID && n == NULL, "unknown mechanism");
+    CHECK(cudafd_notifier_create(CUDAFD_MECH_EVENT, NULL) == CUDAFD_E_INVALID, "NULL out");
+    CHECK(cudafd_watch_stream(NULL, 0, &t) == CUDAFD_E_INVALID, "NULL notifier");
+    CHECK(cudafd_drain(NULL, NULL, 0) == CUDAFD_E_INVALID, "drain NULL");
+    CHECK(cudafd_notifier_fd(NULL) == -1, "fd of NULL");
+    cudafd_notifier_create(CUDAFD_MECH_EVENT, &n);
+    CHECK(cudafd_watch_stream(n, 0xbad0, &t) == CUDAFD_E_CUDA &&
+              cudafd_last_cuda_error() == CUDA_ERROR_INVALID_HANDLE,
+          "made-up stream");
+    CUstream s = new_stream(ctx);
+    sim_stream_destroy(s);
+    CHECK(cudafd_watch_stream(n, (uintptr_t)s, &t) == CUDAFD_E_CUDA, "destroyed stream");
+    CHECK(cudafd_set_option(CUDAFD_OPT_MAX_THREADS, 0) == CUDAFD_E_INVALID, "bad option value");
+    CHECK(cudafd_set_option(99, 1) == CUDAFD_E_INVALID, "bad option");
+    CHECK(cudafd_set_driver("/elsewhere/libcuda.so.1") == CUDAFD_E_STATE, "driver change after load");
+    CHECK(strcmp(cudafd_cuda_error_name(700), "CUDA_ERROR_ILLEGAL_ADDRESS") == 0, "error name");
+    cudafd_notifier_destroy(n);
+}
+
+static void check_counts_zero(void)
+{
+    int64_t st[CUDAFD_STAT_COUNT];
+    double deadline = now_s() + 10.0;
+    for (;;) {
+        cudafd_stats(st, CUDAFD_STAT_COUNT);
+        int live = 0;
+        for (int i = 0; i <= 6; i++)
+            live += st[i] != 0;
+        if (!live || now_s() > deadline)
+            break;
+        usleep(10000);
+    }
+    for (int i = 0; i <= 6; i++)
+        CHECK(st[i] == 0, "%s = %lld at the end", cudafd_stat_name(i), (long long)st[i]);
+    printf("stress: completed %lld (spun %lld, blocked %lld, faults %lld)\n", (long long)st[7],
+           (long long)st[8], (long long)st[9], (long long)st[10]);
+}
+
+int main(void)
+{
+    load_sim();
+    int rc = cudafd_driver_load();
+    if (rc != CUDAFD_OK) {
+        fprintf(stderr, "stress: cannot load the driver: %s\n", cudafd_last_error());
+        return 2;
+    }
+    CUcontext a = NULL, b = NULL;
+    sim_ctx_create(0, &a);
+    sim_ctx_create(1, &b);
+    test_bad_input(a);
+    const int mechs[] = {CUDAFD_MECH_EVENT, CUDAFD_MECH_HOSTFUNC, CUDAFD_MECH_SPIN};
+    for (int m = 0; m < 3; m++) {
+        test_ordering(mechs[m], a, b);
+        test_threads(mechs[m], a);
+        test_cancel(mechs[m], a);
+        test_close(mechs[m], a);
+        test_events(mechs[m], a);
+        test_fault(mechs[m]);
+    }
+    /* few blocking threads: lanes beyond the cap are polled, nothing stalls */
+    cudafd_set_option(CUDAFD_OPT_MAX_THREADS, 1);
+    test_ordering(CUDAFD_MECH_EVENT, a, b);
+    cudafd_set_option(CUDAFD_OPT_MAX_THREADS, 8);
+    sim_ctx_destroy(a);
+    sim_ctx_destroy(b);
+    check_counts_zero();
+    printf("stress: %d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
