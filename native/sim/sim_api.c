@@ -1,0 +1,320 @@
+/*
+ * sim_api.c - initialisation, the entry-point table behind cuGetProcAddress,
+ * error names, modules and kernel launches, and the cudafdsim_* extras.
+ *
+ * Facts this code relies on:
+ *  - cuGetProcAddress resolves by name only (the version is ignored, except
+ *    that "cuGetProcAddress" itself gives the 5-argument form from CUDA 12.0
+ *    on, as the driver does). The _v2 names that libcuda also exports map to
+ *    the same functions. Not found: CUDA_ERROR_NOT_FOUND, *pfn = NULL and
+ *    status CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND (1).
+ *  - cuInit reads $CUDAFD_SIM_DEVICES once (default 2, at most 64); other
+ *    driver calls return CUDA_ERROR_NOT_INITIALIZED until it succeeded. The
+ *    check is one atomic load. The cudafdsim_* calls initialise on their own.
+ *  - Unknown error codes give CUDA_ERROR_INVALID_VALUE and a NULL string, as
+ *    the driver does.
+ *  - The only kernel is "cudafd_spin" (uint64_t ns, uint32_t fault): it runs
+ *    for ns nanoseconds and, if fault != 0, faults its context with
+ *    CUDA_ERROR_ILLEGAL_ADDRESS when it ends.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sim_internal.h"
+
+struct sim_global sim = {.lock = PTHREAD_MUTEX_INITIALIZER};
+atomic_int sim_initialized;
+
+uint64_t sim_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- initialisation ---- */
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static CUresult init_result;
+
+static void init_globals(void)
+{
+    sim_cond_init_monotonic(&sim.sched_cv);
+    pthread_cond_init(&sim.cb_cv, NULL);
+    int n = SIM_DEFAULT_DEVICES;
+    const char *env = getenv("CUDAFD_SIM_DEVICES");
+    if (env && *env) {
+        char *end;
+        long v = strtol(env, &end, 10);
+        if (*end == '\0' && v >= 0)
+            n = v > SIM_MAX_DEVICES ? SIM_MAX_DEVICES : (int)v;
+    }
+    sim.ndev = n;
+    init_result = n ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
+    if (n)
+        atomic_store_explicit(&sim_initialized, 1, memory_order_release);
+}
+
+CUresult sim_init(void)
+{
+    pthread_once(&init_once, init_globals);
+    return init_result;
+}
+
+SIM_API CUresult cuInit(unsigned int flags)
+{
+    if (flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    return sim_init();
+}
+
+SIM_API CUresult cuDriverGetVersion(int *version)
+{
+    if (!version)
+        return CUDA_ERROR_INVALID_VALUE;
+    *version = 13000;
+    return CUDA_SUCCESS;
+}
+
+SIM_API int cudafdsim_abi_version(void)
+{
+    return CUDAFDSIM_ABI_VERSION;
+}
+
+/* ---- errors ---- */
+
+#define SIM_ERRORS(X)                                                                  \
+    X(CUDA_SUCCESS, "no error")                                                        \
+    X(CUDA_ERROR_INVALID_VALUE, "invalid argument")                                    \
+    X(CUDA_ERROR_OUT_OF_MEMORY, "out of memory")                                       \
+    X(CUDA_ERROR_NOT_INITIALIZED, "initialization error")                              \
+    X(CUDA_ERROR_DEINITIALIZED, "driver shutting down")                                \
+    X(CUDA_ERROR_NO_DEVICE, "no CUDA-capable device is detected")                      \
+    X(CUDA_ERROR_INVALID_DEVICE, "invalid device ordinal")                             \
+    X(CUDA_ERROR_INVALID_IMAGE, "device kernel image is invalid")                      \
+    X(CUDA_ERROR_INVALID_CONTEXT, "invalid device context")                            \
+    X(CUDA_ERROR_INVALID_HANDLE, "invalid resource handle")                            \
+    X(CUDA_ERROR_NOT_FOUND, "named symbol not found")                                  \
+    X(CUDA_ERROR_NOT_READY, "device not ready")                                        \
+    X(CUDA_ERROR_ILLEGAL_ADDRESS, "an illegal memory access was encountered")          \
+    X(CUDA_ERROR_LAUNCH_TIMEOUT, "the launch timed out and was terminated")            \
+    X(CUDA_ERROR_CONTEXT_IS_DESTROYED, "context is destroyed")                         \
+    X(CUDA_ERROR_ASSERT, "device-side assert triggered")                               \
+    X(CUDA_ERROR_ILLEGAL_INSTRUCTION, "an illegal instruction was encountered")        \
+    X(CUDA_ERROR_MISALIGNED_ADDRESS, "misaligned address")                             \
+    X(CUDA_ERROR_INVALID_PC, "invalid program counter")                                \
+    X(CUDA_ERROR_LAUNCH_FAILED, "unspecified launch failure")                          \
+    X(CUDA_ERROR_NOT_SUPPORTED, "operation not supported")                             \
+    X(CUDA_ERROR_UNKNOWN, "unknown error")
+
+static const struct {
+    CUresult code;
+    const char *name, *text;
+} errors[] = {
+#define SIM_ERROR_ROW(code, text) {code, #code, text},
+    SIM_ERRORS(SIM_ERROR_ROW)
+#undef SIM_ERROR_ROW
+};
+
+static CUresult describe(CUresult error, const char **out, bool name)
+{
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++) {
+        if (errors[i].code == error) {
+            *out = name ? errors[i].name : errors[i].text;
+            return CUDA_SUCCESS;
+        }
+    }
+    *out = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+SIM_API CUresult cuGetErrorName(CUresult error, const char **name)
+{
+    return describe(error, name, true);
+}
+
+SIM_API CUresult cuGetErrorString(CUresult error, const char **text)
+{
+    return describe(error, text, false);
+}
+
+/* ---- modules and launches ---- */
+
+struct sim_module {
+    uint64_t handle;
+    uint64_t spin; /* the function handle, once asked for */
+};
+
+SIM_API CUresult cuModuleLoadData(CUmodule *module, const void *image)
+{
+    SIM_CHECK_INIT();
+    if (!module || !image)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_ctx *c;
+    pthread_mutex_lock(&sim.lock);
+    CUresult rc = sim_ctx_current_locked(&c);
+    if (rc == CUDA_SUCCESS)
+        rc = sim_ctx_usable(c);
+    if (rc == CUDA_SUCCESS) {
+        struct sim_module *m = calloc(1, sizeof *m);
+        if (m && (m->handle = sim_handle_new(SIM_T_MODULE, m))) {
+            *module = (CUmodule)(uintptr_t)m->handle;
+        } else {
+            free(m);
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    pthread_mutex_unlock(&sim.lock);
+    return rc;
+}
+
+SIM_API CUresult cuModuleGetFunction(CUfunction *fn, CUmodule module, const char *name)
+{
+    SIM_CHECK_INIT();
+    if (!fn || !name)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim.lock);
+    CUresult rc = CUDA_SUCCESS;
+    struct sim_module *m = sim_handle_get((uint64_t)(uintptr_t)module, SIM_T_MODULE);
+    if (!m)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    else if (strcmp(name, "cudafd_spin") != 0)
+        rc = CUDA_ERROR_NOT_FOUND;
+    else if (!m->spin && !(m->spin = sim_handle_new(SIM_T_FUNC, m)))
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (rc == CUDA_SUCCESS)
+        *fn = (CUfunction)(uintptr_t)m->spin;
+    pthread_mutex_unlock(&sim.lock);
+    return rc;
+}
+
+SIM_API CUresult cuModuleUnload(CUmodule module)
+{
+    SIM_CHECK_INIT();
+    pthread_mutex_lock(&sim.lock);
+    struct sim_module *m = sim_handle_get((uint64_t)(uintptr_t)module, SIM_T_MODULE);
+    if (m) {
+        sim_handle_free(m->spin);
+        sim_handle_free(m->handle);
+        free(m);
+    }
+    pthread_mutex_unlock(&sim.lock);
+    return m ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+SIM_API CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                unsigned int gridDimZ, unsigned int blockDimX,
+                                unsigned int blockDimY, unsigned int blockDimZ,
+                                unsigned int sharedMemBytes, CUstream stream,
+                                void **kernelParams, void **extra)
+{
+    SIM_CHECK_INIT();
+    if (!gridDimX || !gridDimY || !gridDimZ || !blockDimX || !blockDimY || !blockDimZ)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!kernelParams)
+        return extra ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
+    if (!kernelParams[0] || !kernelParams[1])
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t ns;
+    uint32_t fault;
+    memcpy(&ns, kernelParams[0], sizeof ns);
+    memcpy(&fault, kernelParams[1], sizeof fault);
+    pthread_mutex_lock(&sim.lock);
+    struct sim_stream *s;
+    CUresult rc = CUDA_SUCCESS;
+    if (!sim_handle_get((uint64_t)(uintptr_t)f, SIM_T_FUNC))
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    if (rc == CUDA_SUCCESS)
+        rc = sim_stream_resolve_locked(stream, &s);
+    if (rc == CUDA_SUCCESS)
+        rc = sim_launch_locked(s, ns, fault ? CUDA_ERROR_ILLEGAL_ADDRESS : CUDA_SUCCESS);
+    pthread_mutex_unlock(&sim.lock);
+    return rc;
+}
+
+/* ---- statistics ---- */
+
+SIM_API int cudafdsim_stats(int64_t *out, int n)
+{
+    if (!out || n <= 0)
+        return 0;
+    if (n > CUDAFDSIM_STAT_COUNT)
+        n = CUDAFDSIM_STAT_COUNT;
+    pthread_mutex_lock(&sim.lock);
+    const int64_t all[CUDAFDSIM_STAT_COUNT] = {sim.n_ctx,    sim.n_streams, sim.n_events,
+                                               sim.n_queued, sim.n_hostfns, sim.n_kernels};
+    pthread_mutex_unlock(&sim.lock);
+    memcpy(out, all, (size_t)n * sizeof *out);
+    return n;
+}
+
+/* ---- cuGetProcAddress ---- */
+
+/* The entry points reachable by name: the core's list, the extras the
+ * simulator's users call, and the _v2 names libcuda exports for them. */
+#define SIM_ENTRY_POINTS(X)                                                            \
+    CUDAFD_DRIVER_ENTRY_POINTS(X)                                                      \
+    X(cuGetProcAddress_v2, ())                                                         \
+    X(cuDeviceGetName, ())                                                             \
+    X(cuDeviceGetAttribute, ())                                                        \
+    X(cuDevicePrimaryCtxRetain, ())                                                    \
+    X(cuDevicePrimaryCtxRelease, ())                                                   \
+    X(cuCtxCreate, ())                                                                 \
+    X(cuCtxDestroy, ())                                                                \
+    X(cuCtxSynchronize, ())                                                            \
+    X(cuStreamSynchronize, ())                                                         \
+    X(cuModuleLoadData, ())                                                            \
+    X(cuModuleGetFunction, ())                                                         \
+    X(cuModuleUnload, ())                                                              \
+    X(cuLaunchKernel, ())
+#define SIM_ALIASES(A)                                                                 \
+    A(cuCtxCreate_v2, cuCtxCreate)                                                     \
+    A(cuCtxDestroy_v2, cuCtxDestroy)                                                   \
+    A(cuCtxPushCurrent_v2, cuCtxPushCurrent)                                           \
+    A(cuCtxPopCurrent_v2, cuCtxPopCurrent)                                             \
+    A(cuEventDestroy_v2, cuEventDestroy)                                               \
+    A(cuStreamDestroy_v2, cuStreamDestroy)                                             \
+    A(cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease)
+
+static const struct {
+    const char *name;
+    void *fn;
+} entry_points[] = {
+#define SIM_ENTRY_ROW(name, params) {#name, (void *)name},
+#define SIM_ALIAS_ROW(alias, name) {#alias, (void *)name},
+    SIM_ENTRY_POINTS(SIM_ENTRY_ROW)
+    SIM_ALIASES(SIM_ALIAS_ROW)
+#undef SIM_ENTRY_ROW
+#undef SIM_ALIAS_ROW
+};
+
+SIM_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
+                                     uint64_t flags, CUdriverProcAddressQueryResult *status)
+{
+    (void)flags;
+    if (!symbol || !pfn)
+        return CUDA_ERROR_INVALID_VALUE;
+    void *fn = NULL;
+    if (strcmp(symbol, "cuGetProcAddress") == 0) {
+        fn = cudaVersion >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
+    } else {
+        for (size_t i = 0; i < sizeof entry_points / sizeof entry_points[0]; i++) {
+            if (strcmp(symbol, entry_points[i].name) == 0) {
+                fn = entry_points[i].fn;
+                break;
+            }
+        }
+    }
+    *pfn = fn;
+    if (status)
+        *status = fn ? 0 : 1; /* CU_GET_PROC_ADDRESS_SUCCESS / _SYMBOL_NOT_FOUND */
+    return fn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+SIM_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, uint64_t flags)
+{
+    return cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, NULL);
+}

@@ -1,0 +1,181 @@
+/*
+ * sim_event.c - events and their entry points.
+ *
+ * Facts this code relies on:
+ *  - Each cuEventRecord enqueues a record op and makes it the event's
+ *    `last`; the event's state is that op's: never recorded or `done` is
+ *    complete. A re-record replaces `last`, so a query always answers for the
+ *    latest record even if an earlier one (on another stream) is still queued.
+ *  - The answer order is: context destroyed, context fault, event destroyed,
+ *    complete, not ready. A fault therefore overrides completed records.
+ *  - cuEventSynchronize waits for the record current at the call (a
+ *    re-record meanwhile does not extend the wait). It sleeps on the event's
+ *    condition variable holding references to the event and that record, so
+ *    destroying the event (or its context) meanwhile wakes it with
+ *    INVALID_HANDLE (or CONTEXT_IS_DESTROYED) and no memory is freed under it.
+ *  - cuEventDestroy succeeds on a faulted context so that cleanup works; a
+ *    record still queued keeps the event's memory, not its handle, alive.
+ */
+#include <stdlib.h>
+
+#include "sim_internal.h"
+
+static struct sim_event *lookup(CUevent h)
+{
+    return sim_handle_get((uint64_t)(uintptr_t)h, SIM_T_EVENT);
+}
+
+void sim_event_unref_locked(struct sim_event *e)
+{
+    if (--e->refs)
+        return;
+    if (e->last)
+        sim_op_unref_locked(e->last);
+    sim_ctx_unref_locked(e->ctx);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+void sim_event_kill_locked(struct sim_event *e)
+{
+    struct sim_ctx *c = e->ctx;
+    sim_handle_free(e->handle);
+    sim.n_events--;
+    e->destroyed = true;
+    if (e->waiters)
+        pthread_cond_broadcast(&e->cv);
+    if (e->ctx_prev)
+        e->ctx_prev->ctx_next = e->ctx_next;
+    else
+        c->events = e->ctx_next;
+    if (e->ctx_next)
+        e->ctx_next->ctx_prev = e->ctx_prev;
+    sim_event_unref_locked(e); /* the context list's reference */
+}
+
+void sim_record_complete_locked(struct sim_op *rec)
+{
+    struct sim_event *e = rec->record.ev;
+    rec->done = true;
+    rec->record.ev = NULL;
+    if (e->waiters)
+        pthread_cond_broadcast(&e->cv);
+    sim_event_unref_locked(e);
+}
+
+static CUresult state(const struct sim_event *e)
+{
+    CUresult rc = sim_ctx_usable(e->ctx);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (e->destroyed)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return !e->last || e->last->done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+SIM_API CUresult cuEventCreate(CUevent *event, unsigned int flags)
+{
+    SIM_CHECK_INIT();
+    if (!event || (flags & ~7u)) /* BLOCKING_SYNC, DISABLE_TIMING, INTERPROCESS */
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_ctx *c;
+    pthread_mutex_lock(&sim.lock);
+    CUresult rc = sim_ctx_current_locked(&c);
+    if (rc == CUDA_SUCCESS)
+        rc = sim_ctx_usable(c);
+    if (rc == CUDA_SUCCESS) {
+        struct sim_event *e = calloc(1, sizeof *e);
+        if (e && (e->handle = sim_handle_new(SIM_T_EVENT, e))) {
+            e->refs = 1; /* the context list's */
+            e->ctx = c;
+            c->refs++;
+            e->flags = flags;
+            pthread_cond_init(&e->cv, NULL);
+            e->ctx_next = c->events;
+            if (c->events)
+                c->events->ctx_prev = e;
+            c->events = e;
+            sim.n_events++;
+            *event = (CUevent)(uintptr_t)e->handle;
+        } else {
+            free(e);
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    pthread_mutex_unlock(&sim.lock);
+    return rc;
+}
+
+SIM_API CUresult cuEventDestroy(CUevent event)
+{
+    SIM_CHECK_INIT();
+    pthread_mutex_lock(&sim.lock);
+    struct sim_event *e = lookup(event);
+    if (e)
+        sim_event_kill_locked(e);
+    pthread_mutex_unlock(&sim.lock);
+    return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+SIM_API CUresult cuEventRecord(CUevent event, CUstream stream)
+{
+    SIM_CHECK_INIT();
+    pthread_mutex_lock(&sim.lock);
+    struct sim_event *e = lookup(event);
+    struct sim_stream *s = NULL;
+    CUresult rc = e ? sim_stream_resolve_locked(stream, &s) : CUDA_ERROR_INVALID_HANDLE;
+    if (rc == CUDA_SUCCESS && s->ctx != e->ctx)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    if (rc == CUDA_SUCCESS)
+        rc = sim_ctx_usable(s->ctx);
+    if (rc == CUDA_SUCCESS) {
+        struct sim_op *op = sim_op_new(SIM_OP_RECORD);
+        if (!op) {
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        } else if ((rc = sim_enqueue_locked(s, op)) != CUDA_SUCCESS) {
+            free(op);
+        } else {
+            op->record.ev = e;
+            e->refs++;
+            op->refs++; /* the event's `last` */
+            if (e->last)
+                sim_op_unref_locked(e->last);
+            e->last = op;
+        }
+    }
+    pthread_mutex_unlock(&sim.lock);
+    return rc;
+}
+
+SIM_API CUresult cuEventQuery(CUevent event)
+{
+    SIM_CHECK_INIT();
+    pthread_mutex_lock(&sim.lock);
+    struct sim_event *e = lookup(event);
+    CUresult rc = e ? state(e) : CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_unlock(&sim.lock);
+    return rc;
+}
+
+SIM_API CUresult cuEventSynchronize(CUevent event)
+{
+    SIM_CHECK_INIT();
+    pthread_mutex_lock(&sim.lock);
+    struct sim_event *e = lookup(event);
+    CUresult rc = e ? state(e) : CUDA_ERROR_INVALID_HANDLE;
+    if (rc == CUDA_ERROR_NOT_READY) {
+        struct sim_op *rec = e->last; /* the record current at the call */
+        e->refs++;
+        rec->refs++;
+        e->waiters++;
+        while ((rc = state(e)) == CUDA_ERROR_NOT_READY && !rec->done)
+            pthread_cond_wait(&e->cv, &sim.lock);
+        if (rc == CUDA_ERROR_NOT_READY)
+            rc = CUDA_SUCCESS; /* re-recorded meanwhile; the awaited record is done */
+        e->waiters--;
+        sim_op_unref_locked(rec);
+        sim_event_unref_locked(e);
+    }
+    pthread_mutex_unlock(&sim.lock);
+    return rc;
+}

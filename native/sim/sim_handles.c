@@ -1,0 +1,97 @@
+/*
+ * sim_handles.c - the registry that turns objects into opaque handles.
+ *
+ * A handle is  generation << 32 | slot << 3 | type.  The slot indexes a table
+ * that holds the object, its type and the slot's current generation; freeing
+ * a handle bumps the generation, so a stale handle never reaches a reused
+ * slot's new object. Made-up values fail the type, bounds or generation
+ * check. Generations start at 1, so no handle is 0, CU_STREAM_LEGACY (1) or
+ * CU_STREAM_PER_THREAD (2). Called with sim.lock held.
+ */
+#include <stdlib.h>
+
+#include "sim_internal.h"
+
+#define SLOT_LIMIT (1u << 29)
+#define NO_SLOT    UINT32_MAX
+
+struct slot {
+    void *obj;
+    uint32_t gen;
+    uint8_t type;       /* 0 while free */
+    uint32_t next_free;
+};
+
+static struct slot *slots;
+static uint32_t nslots, capslots;
+static uint32_t free_head = NO_SLOT;
+
+static uint64_t encode(uint32_t gen, uint32_t idx, enum sim_type type)
+{
+    return (uint64_t)gen << 32 | (uint64_t)idx << 3 | (uint64_t)type;
+}
+
+uint64_t sim_handle_new(enum sim_type type, void *obj)
+{
+    uint32_t idx;
+    if (free_head != NO_SLOT) {
+        idx = free_head;
+        free_head = slots[idx].next_free;
+    } else {
+        if (nslots == capslots) {
+            uint32_t cap = capslots ? capslots * 2 : 256;
+            if (cap > SLOT_LIMIT)
+                return 0;
+            struct slot *grown = realloc(slots, (size_t)cap * sizeof *grown);
+            if (!grown)
+                return 0;
+            slots = grown;
+            capslots = cap;
+        }
+        idx = nslots++;
+        slots[idx].gen = 1;
+    }
+    slots[idx].obj = obj;
+    slots[idx].type = (uint8_t)type;
+    slots[idx].next_free = NO_SLOT;
+    return encode(slots[idx].gen, idx, type);
+}
+
+static struct slot *find(uint64_t handle, enum sim_type type)
+{
+    uint32_t idx = (uint32_t)(handle >> 3) & (SLOT_LIMIT - 1);
+    if ((handle & 7) != (uint64_t)type || idx >= nslots)
+        return NULL;
+    return &slots[idx];
+}
+
+void *sim_handle_get(uint64_t handle, enum sim_type type)
+{
+    struct slot *s = find(handle, type);
+    if (!s || s->type != type || s->gen != (uint32_t)(handle >> 32))
+        return NULL;
+    return s->obj;
+}
+
+void sim_handle_free(uint64_t handle)
+{
+    uint32_t idx = (uint32_t)(handle >> 3) & (SLOT_LIMIT - 1);
+    if (!handle || idx >= nslots || slots[idx].gen != (uint32_t)(handle >> 32))
+        return;
+    struct slot *s = &slots[idx];
+    s->obj = NULL;
+    s->type = 0;
+    if (++s->gen == 0)
+        s->gen = 1;
+    s->next_free = free_head;
+    free_head = idx;
+}
+
+bool sim_handle_was(uint64_t handle, enum sim_type type)
+{
+    struct slot *s = find(handle, type);
+    uint32_t gen = (uint32_t)(handle >> 32);
+    if (!s || gen == 0)
+        return false;
+    return gen < s->gen; /* issued once, released since */
+}

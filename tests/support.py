@@ -1,0 +1,180 @@
+"""What the tests need from a GPU and from an event loop, the same on the
+simulator and on a real CUDA device.
+
+CUDAFD_TEST_DRIVER=real runs the suite on the machine's CUDA driver (device
+0); otherwise every test runs on the simulator that ships with the package.
+Kernels are launched through the driver entry points in both cases
+(cudafd._kernels: a PTX spin kernel on a GPU, its simulated twin otherwise).
+"""
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import time
+from typing import Any, Awaitable, Callable
+
+import cudafd
+from cudafd import _driver, _kernels
+
+REAL = os.environ.get("CUDAFD_TEST_DRIVER") == "real"
+MECHANISMS = ("event", "hostfunc", "spin", "poll")
+LIVE_COUNTS = ("threads", "events", "eventfds", "pending", "notifiers", "contexts", "streams")
+
+
+class Stream:
+    """A stream on a test device; implements __cuda_stream__ like any framework's."""
+
+    def __init__(self, device: "Device", handle: int) -> None:
+        self.device = device
+        self.handle = handle
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.handle)
+
+    def launch(self, seconds: float, fault: bool = False) -> None:
+        _kernels.launch_spin(self.handle, seconds, fault)
+
+    def idle(self) -> bool:
+        """True once every kernel enqueued so far has finished."""
+        return self.device.drv.cuStreamQuery(self.handle) == 0
+
+    def synchronize(self) -> None:
+        self.device.drv.cuStreamSynchronize(self.handle)
+
+
+class Device:
+    """A context to run test streams in: a fresh simulated context, or the
+    primary context of GPU 0 (faults there are tested in subprocesses)."""
+
+    def __init__(self, ordinal: int = 0) -> None:
+        self.streams: list[Stream] = []
+        if REAL:
+            self.drv = _driver.get()
+            import ctypes
+
+            ctx = ctypes.c_void_p()
+            _driver.check(self.drv.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), ordinal))
+            self.ctx = ctx.value
+            self.ordinal = ordinal
+            self.sim = None
+        else:
+            self.sim = cudafd.sim.Device(ordinal)
+            self.drv = _driver.get()
+            self.ctx = self.sim.context
+
+    def stream(self) -> Stream:
+        import ctypes
+
+        s = ctypes.c_void_p()
+        with _driver.pushed(self.ctx):
+            _driver.check(self.drv.cuStreamCreate(ctypes.byref(s), 1))
+        st = Stream(self, s.value)
+        self.streams.append(st)
+        return st
+
+    def close(self) -> None:
+        for s in self.streams:
+            if REAL:
+                self.drv.cuStreamSynchronize(s.handle)
+            self.drv.cuStreamDestroy(s.handle)
+        self.streams.clear()
+        if self.sim is not None:
+            self.sim.close()
+        else:
+            self.drv.cuDevicePrimaryCtxRelease(self.ordinal)
+            _kernels.forget(self.ctx)
+
+
+# ---- one test body, many loops ------------------------------------------------
+
+class Api:
+    """What a test body may use: wait, gather, sleep. Bodies are written once and
+    run under every flavor; the blocking flavor runs them without any loop."""
+
+    def __init__(self, flavor: str, mechanism: str) -> None:
+        self.flavor = flavor
+        self.mechanism = mechanism
+        self.notifier: cudafd.Notifier | None = None
+
+    async def wait(self, target: Any) -> None:
+        if self.flavor == "blocking":
+            with cudafd.fence(target, mechanism=self.mechanism) as f:
+                assert f.wait(timeout=60), "fence did not complete in 60 s"
+                f.result()
+            return
+        await self.notifier.wait(target)
+
+    async def gather(self, *aws: Awaitable[Any]) -> list[Any]:
+        if self.flavor == "blocking":
+            return [await a for a in aws]
+        if self.flavor == "trio":
+            import trio
+
+            results: list[Any] = [None] * len(aws)
+
+            async def one(i: int, a: Awaitable[Any]) -> None:
+                results[i] = await a
+
+            async with trio.open_nursery() as nursery:
+                for i, a in enumerate(aws):
+                    nursery.start_soon(one, i, a)
+            return results
+        return list(await asyncio.gather(*aws))
+
+
+def run(flavor: str, mechanism: str, body: Callable[[Api], Awaitable[Any]]) -> Any:
+    """Run `body(api)` under one flavor: asyncio, uvloop, trio or blocking."""
+    api = Api(flavor, mechanism)
+    if flavor == "blocking":
+        coro = body(api)
+        try:
+            coro.send(None)
+        except StopIteration as stop:
+            return stop.value
+        coro.close()
+        raise AssertionError("a blocking body suspended: it awaited something other than Api calls")
+
+    async def main() -> Any:
+        api.notifier = cudafd.Notifier(mechanism)
+        try:
+            return await body(api)
+        finally:
+            api.notifier.close()
+
+    if flavor == "trio":
+        import trio
+
+        return trio.run(main)
+    if flavor == "uvloop":
+        import uvloop
+
+        loop = uvloop.new_event_loop()
+    else:
+        loop = asyncio.SelectorEventLoop()
+    errors: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+    try:
+        result = loop.run_until_complete(main())
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+    assert not errors, f"the loop reported errors: {errors}"
+    return result
+
+
+def live_counts() -> dict[str, int]:
+    s = cudafd.stats()
+    return {k: s.get(k, 0) for k in LIVE_COUNTS}
+
+
+def wait_for_zero_counts(timeout: float = 10.0) -> dict[str, int]:
+    """Collect garbage and wait for every live native count to reach zero;
+    returns the last counts seen (all zero on success)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        gc.collect()
+        counts = live_counts()
+        if not any(counts.values()) or time.monotonic() > deadline:
+            return counts
+        time.sleep(0.01)

@@ -1,0 +1,59 @@
+"""A device fault reaches every waiter on the faulted context as CudaError,
+promptly, under every loop flavor and mechanism; never a hang."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import cudafd
+from fault_scenario import scenario
+from support import REAL, run
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def faulted(flavor, mechanism):
+    if not REAL:
+        return scenario(flavor, mechanism)
+    out = subprocess.run(
+        [sys.executable, os.path.join(HERE, "fault_scenario.py"), flavor, mechanism],
+        capture_output=True, text=True, timeout=60, cwd=HERE,
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_fault_reaches_every_waiter(flavor, mechanism):
+    result = faulted(flavor, mechanism)
+    assert set(result["names"]) == {"CUDA_ERROR_ILLEGAL_ADDRESS"}, result["names"]
+    assert result["elapsed"] < 1.5, f"faults took {result['elapsed']:.2f} s to surface"
+
+
+def test_fault_leaves_other_contexts_working(loop_flavor):
+    if REAL:
+        pytest.skip("a fault on a real GPU ends every context of the process")
+    from support import Device
+
+    bad, good = Device(0), Device(1)
+    try:
+        sb, sg = bad.stream(), good.stream()
+
+        async def body(api):
+            sb.launch(0.001, fault=True)
+            sg.launch(0.01)
+            with pytest.raises(cudafd.CudaError) as info:
+                await api.wait(sb)
+            assert info.value.name == "CUDA_ERROR_ILLEGAL_ADDRESS"
+            await api.wait(sg)
+            assert sg.idle()
+            with pytest.raises(cudafd.CudaError):  # the fault is sticky
+                await api.wait(sb)
+
+        run(loop_flavor, "event", body)
+    finally:
+        bad.close()
+        good.close()

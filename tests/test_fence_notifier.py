@@ -1,0 +1,157 @@
+"""The blocking and sans-io surfaces: fences, notifiers, and their fds in a
+plain selector loop."""
+from __future__ import annotations
+
+import os
+import select
+import selectors
+import threading
+import time
+
+import pytest
+
+import cudafd
+
+
+def test_fence_fd_becomes_readable(dev, mechanism):
+    s = dev.stream()
+    s.launch(0.05)
+    with cudafd.fence(s, mechanism=mechanism) as f:
+        assert not f.done()
+        if mechanism != "poll":  # the poll mechanism is driven by whoever waits
+            p = select.poll()
+            p.register(f.fileno(), select.POLLIN)
+            assert p.poll(10) == []
+            assert p.poll(10_000), "fence fd never became readable"
+        assert f.wait(timeout=10)
+        assert f.done()
+        assert f.result() is None
+        assert s.idle()
+
+
+def test_fence_wait_releases_the_gil(dev, mechanism):
+    s = dev.stream()
+    s.launch(0.2)
+    ticks = 0
+    stop = threading.Event()
+
+    def spin():
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+            time.sleep(0.001)
+
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        with cudafd.fence(s, mechanism=mechanism) as f:
+            assert f.wait(timeout=10)
+    finally:
+        stop.set()
+        t.join()
+    assert ticks > 20, f"another thread ran only {ticks} times during a 200 ms wait"
+
+
+def test_fence_on_recorded_event(dev, mechanism):
+    s = dev.stream()
+    s.launch(0.02)
+    ev = record_event(dev, s)
+    s.launch(0.5)  # later work: not part of the event's record
+    with cudafd.fence(ev, mechanism=mechanism) as f:
+        assert f.wait(timeout=10)
+    assert not s.idle()
+    s.synchronize()
+    destroy_event(dev, ev)
+
+
+def test_notifier_in_a_selector_loop(dev, mechanism):
+    """The pattern for programs with their own loop: register fileno(), drain
+    on readiness. Many streams, one fd."""
+    streams = [dev.stream() for _ in range(16)]
+    with cudafd.Notifier(mechanism) as n:
+        tokens = {}
+        for i, s in enumerate(streams):
+            s.launch(0.001 * (i % 4))
+            tokens[n.watch(s)] = i
+        done = {}
+        sel = selectors.DefaultSelector()
+        sel.register(n.fileno(), selectors.EVENT_READ)
+        deadline = time.monotonic() + 10
+        while len(done) < len(tokens) and time.monotonic() < deadline:
+            if n.needs_polling:
+                n.poll()
+            sel.select(timeout=0.001 if n.needs_polling else 1)
+            for tok, err in n.drain():
+                assert err is None
+                assert tok not in done, "a completion was reported twice"
+                done[tok] = tokens[tok]
+        sel.close()
+        assert len(done) == len(tokens)
+        assert n.pending == 0
+
+
+def test_drain_after_readiness_is_exactly_once(dev):
+    s = dev.stream()
+    with cudafd.Notifier("event") as n:
+        toks = []
+        for _ in range(100):
+            s.launch(0.0)
+            toks.append(n.watch(s))
+        s.synchronize()
+        seen = []
+        deadline = time.monotonic() + 5
+        while len(seen) < 100 and time.monotonic() < deadline:
+            select.select([n.fileno()], [], [], 1)
+            seen += [t for t, _ in n.drain()]
+        assert sorted(seen) == sorted(toks)
+        r, _, _ = select.select([n.fileno()], [], [], 0.05)
+        assert r == [], "fd readable with nothing queued"
+        assert n.drain() == []
+
+
+def test_cancel_then_nothing_reported(dev, mechanism):
+    s = dev.stream()
+    with cudafd.Notifier(mechanism) as n:
+        s.launch(0.05)
+        tok = n.watch(s)
+        assert n.cancel(tok) is True
+        assert n.cancel(tok) is False
+        s.synchronize()
+        time.sleep(0.05)
+        if n.needs_polling:
+            n.poll()
+        assert n.drain() == []
+        assert n.pending == 0
+
+
+def test_notifier_repr_and_closed_state(mechanism):
+    n = cudafd.Notifier(mechanism)
+    assert mechanism in repr(n)
+    n.close()
+    assert "closed" in repr(n)
+
+
+def record_event(dev, stream):
+    import ctypes
+
+    from cudafd import _driver
+
+    ev = ctypes.c_void_p()
+    with _driver.pushed(dev.ctx):
+        _driver.check(dev.drv.cuEventCreate(ctypes.byref(ev), 0))
+        _driver.check(dev.drv.cuEventRecord(ev.value, stream.handle))
+    return EventHandle(ev.value)
+
+
+class EventHandle:
+    """A bare CUevent handle, like cuda.bindings' CUevent: int() gives it."""
+
+    def __init__(self, handle: int) -> None:
+        self.handle = handle
+
+    def __int__(self) -> int:
+        return self.handle
+
+
+def destroy_event(dev, ev):
+    dev.drv.cuEventDestroy(ev.handle)

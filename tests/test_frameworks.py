@@ -1,0 +1,132 @@
+"""Streams and events of the GPU frameworks, on a real GPU (marked gpu:
+skipped on the simulator). Each framework is optional: missing ones skip."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import cudafd
+
+pytestmark = pytest.mark.gpu
+
+
+def run_async(coro_fn):
+    return asyncio.run(coro_fn())
+
+
+def test_torch_stream_and_event():
+    torch = pytest.importorskip("torch")
+    s = torch.cuda.Stream()
+    a = torch.randn(4096, 4096, device="cuda")
+
+    async def main():
+        with torch.cuda.stream(s):
+            b = a @ a
+            ev = torch.cuda.Event()
+            ev.record(s)
+            c = b @ b
+        await cudafd.wait(ev)
+        assert ev.query()
+        await cudafd.wait(s)
+        assert s.query()
+        return c
+
+    c = run_async(main)
+    assert torch.isfinite(c).all()
+
+
+def test_torch_fault_raises_cuda_error():
+    """An out-of-bounds index in a torch kernel faults the context: the awaiting
+    coroutine gets CudaError within a second (run in a subprocess: the fault
+    ends CUDA for the whole process)."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import asyncio, time, torch, cudafd
+        async def main():
+            s = torch.cuda.Stream()
+            x = torch.zeros(16, device="cuda")
+            idx = torch.tensor([1 << 40], device="cuda")
+            with torch.cuda.stream(s):
+                torch.cuda._sleep(1_000_000)
+                y = x[idx]                     # device-side assert / illegal address
+            t0 = time.monotonic()
+            try:
+                await cudafd.wait(s)
+            except cudafd.CudaError as e:
+                print("CudaError", e.name, round(time.monotonic() - t0, 3))
+        asyncio.run(main())
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    line = [l for l in r.stdout.splitlines() if l.startswith("CudaError")]
+    assert line, r.stdout + r.stderr
+    _, name, took = line[0].split()
+    assert name.startswith("CUDA_ERROR_"), name
+    assert float(took) < 1.0
+
+
+def test_cupy_stream_and_event():
+    cp = pytest.importorskip("cupy")
+    s = cp.cuda.Stream(non_blocking=True)
+
+    async def main():
+        with s:
+            a = cp.random.rand(2048, 2048)
+            b = a @ a
+            ev = s.record()
+        await cudafd.wait(ev)
+        assert ev.done
+        await cudafd.wait(s)
+        assert s.done
+        return b
+
+    assert bool(cp.isfinite(run_async(main)).all())
+
+
+def test_numba_stream():
+    cuda = pytest.importorskip("numba.cuda")
+    import numpy as np
+
+    s = cuda.stream()
+    host = np.arange(1 << 20, dtype=np.float32)
+
+    async def main():
+        d = cuda.to_device(host, stream=s)
+        await cudafd.wait(s)
+        return d.copy_to_host()
+
+    assert (run_async(main) == host).all()
+
+
+def test_cuda_core_stream_and_event():
+    core = pytest.importorskip("cuda.core.experimental")
+    dev = core.Device()
+    dev.set_current()
+    s = dev.create_stream()
+
+    async def main():
+        ev = s.record()
+        await cudafd.wait(ev)
+        await cudafd.wait(s)
+
+    run_async(main)
+    s.close()
+
+
+def test_cuda_bindings_handles():
+    drv = pytest.importorskip("cuda.bindings.driver")
+    torch = pytest.importorskip("torch")
+    s = torch.cuda.Stream()
+    handle = drv.CUstream(s.cuda_stream)
+
+    async def main():
+        await cudafd.wait(handle)
+        await cudafd.wait(int(s.cuda_stream))
+
+    run_async(main)

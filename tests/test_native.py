@@ -1,0 +1,34 @@
+"""The native core through its C API (native/tests/stress.c) against the
+simulator: plain, under AddressSanitizer and under ThreadSanitizer. The same
+commands are documented in docs/development.md."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NATIVE = os.path.join(ROOT, "native")
+
+pytestmark = pytest.mark.skipif(
+    not (shutil.which("make") and shutil.which("cc") and os.path.isdir(NATIVE)),
+    reason="needs the source tree, make and a C compiler",
+)
+
+
+@pytest.mark.parametrize("sanitizer", ["", "address", "thread"])
+def test_stress_and_sim_selftest(sanitizer, tmp_path):
+    env = dict(os.environ)
+    env.pop("CUDAFD_DRIVER", None)
+    env["TSAN_OPTIONS"] = "halt_on_error=1 second_deadlock_stack=1"
+    env["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=0"
+    out = str(tmp_path / (sanitizer or "plain"))
+    cmd = ["make", "-s", "-C", NATIVE, f"SAN={sanitizer}", f"SANOUT={out}", f"OUT={out}", "check"]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    log = r.stdout + r.stderr
+    assert r.returncode == 0, log[-6000:]
+    assert "stress: " in log and " 0 failed" in log, log[-3000:]
+    assert "WARNING: ThreadSanitizer" not in log, log[-6000:]
+    assert "ERROR: AddressSanitizer" not in log and "ERROR: LeakSanitizer" not in log, log[-6000:]

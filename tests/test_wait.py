@@ -1,0 +1,118 @@
+"""Awaiting stream progress: one body per behaviour, run under every loop
+flavor (asyncio, uvloop, trio, blocking) and every mechanism."""
+from __future__ import annotations
+
+import random
+
+import cudafd
+from support import run
+
+
+def test_wait_returns_after_the_work(dev, flavor, mechanism):
+    s = dev.stream()
+
+    async def body(api):
+        for seconds in (0.0, 0.002, 0.02):
+            s.launch(seconds)
+            await api.wait(s)
+            assert s.idle(), "wait returned before the stream's work finished"
+
+    run(flavor, mechanism, body)
+
+
+def test_wait_does_not_return_early_on_a_busy_stream(dev, flavor, mechanism):
+    s = dev.stream()
+
+    async def body(api):
+        for _ in range(20):
+            s.launch(0.001)
+        s.launch(0.05)
+        await api.wait(s)
+        assert s.idle()
+
+    run(flavor, mechanism, body)
+
+
+def test_ordering_across_many_streams(dev, flavor, mechanism):
+    """Hundreds of streams, thousands of waits: every wait completes, and on
+    each stream in the order the points were marked."""
+    streams = [dev.stream() for _ in range(200)]
+    rounds = 10 if flavor != "blocking" else 2
+    rng = random.Random(7)
+
+    async def body(api):
+        order: dict[int, list[int]] = {i: [] for i in range(len(streams))}
+
+        async def one(i, k):
+            await api.wait(streams[i])
+            order[i].append(k)
+
+        waits = []
+        for k in range(rounds):
+            for i, s in enumerate(streams):
+                s.launch(rng.choice((0.0, 0.0001, 0.0005, 0.002)))
+                waits.append(one(i, k))
+        await api.gather(*waits)
+        return order
+
+    order = run(flavor, mechanism, body)
+    for i, seen in order.items():
+        assert seen == list(range(rounds)), f"stream {i}: completions out of order: {seen}"
+    assert all(s.idle() for s in streams)
+
+
+def test_waits_on_two_devices(flavor, mechanism):
+    """Streams of two contexts (two devices on the simulator) in one loop."""
+    from support import REAL, Device
+
+    devices = [Device(0), Device(0 if REAL else 1)]
+    try:
+        streams = [d.stream() for d in devices]
+
+        async def body(api):
+            for s in streams:
+                s.launch(0.005)
+            await api.gather(*(api.wait(s) for s in streams))
+            assert all(s.idle() for s in streams)
+
+        run(flavor, mechanism, body)
+    finally:
+        for d in devices:
+            d.close()
+
+
+def test_threads_stay_under_the_cap(dev, mechanism):
+    """Many long waits on many streams: native threads stay bounded."""
+    streams = [dev.stream() for _ in range(100)]
+    peak = 0
+
+    async def body(api):
+        nonlocal peak
+        for s in streams:
+            s.launch(0.2)
+        import asyncio
+
+        tasks = [asyncio.ensure_future(api.wait(s)) for s in streams]
+        for _ in range(10):
+            await asyncio.sleep(0.02)
+            peak = max(peak, cudafd.stats()["threads"])
+        await asyncio.gather(*tasks)
+
+    run("asyncio", mechanism, body)
+    # the poller, the blocking waiters (capped at 8 by default) and the watchdog
+    assert peak <= 10, f"{peak} native threads for 100 pending waits"
+
+
+def test_default_wait_uses_one_notifier_per_loop(dev, loop_flavor):
+    s = dev.stream()
+
+    async def body(api):
+        s.launch(0.001)
+        await cudafd.wait(s)
+        before = cudafd.stats()["notifiers"]
+        s.launch(0.001)
+        await cudafd.wait(s)
+        assert cudafd.stats()["notifiers"] == before
+        assert s.idle()
+
+    run(loop_flavor, "event", body)
