@@ -56,9 +56,12 @@ def test_stream_of_a_closed_simulated_device():
         pytest.skip("simulator only")
     d = cudafd.sim.Device(1)
     s = d.stream()
+    handle = s.handle
     d.close()
-    with pytest.raises(cudafd.CudaError):
+    with pytest.raises(cudafd.CudafdError, match="closed"):
         cudafd.fence(s)
+    with pytest.raises(cudafd.CudaError):  # the raw handle of a destroyed context's stream
+        cudafd.fence(handle)
 
 
 def test_wait_outside_any_loop(dev):

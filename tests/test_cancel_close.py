@@ -15,7 +15,7 @@ def test_cancellation_storm(dev, loop_flavor, mechanism):
 
     async def body(api):
         for s in streams:
-            s.launch(0.3)
+            s.launch(1.0)
         outcomes = {"cancelled": 0, "done": 0}
         for round_ in range(5):
             tasks = []
@@ -30,9 +30,9 @@ def test_cancellation_storm(dev, loop_flavor, mechanism):
                     outcomes["done"] += 1
                 else:
                     raise r
+            if round_ == 0:  # the GPU work was not cancelled: it is still running
+                assert not all(s.idle() for s in streams)
         assert outcomes["cancelled"] > 0
-        # the GPU work was not cancelled: it is still running, then finishes
-        assert not all(s.idle() for s in streams)
         await api.gather(*(api.wait(s) for s in streams))
         assert all(s.idle() for s in streams)
         assert api.notifier.pending == 0

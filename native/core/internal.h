@@ -57,6 +57,7 @@ typedef struct cfd_ctx {
     int npool, cappool;
     CUstream side[CFD_SIDE_STREAMS]; /* hostfunc side streams, created lazily */
     int nwaits;                      /* waits referring to this record */
+    int64_t fault;                   /* the first sticky error seen in this context */
 } cfd_ctx;
 
 cfd_ctx *cfd_ctx_get(CUcontext ctx);              /* g.mu held; NULL on OOM */
@@ -111,6 +112,8 @@ cfd_wait *cfd_wait_lookup(uint64_t token); /* g.mu held */
  * is allowed (idle events are parked rather than destroyed). */
 void cfd_wait_complete(cfd_wait *w, int64_t status, bool from_hostfn);
 void cfd_lane_pop(cfd_lane *l, int64_t status); /* complete the head; g.mu held */
+/* A driver error seen in cx: if sticky, report it to every wait of cx. g.mu held. */
+void cfd_note_fault(cfd_ctx *cx, int64_t status);
 void cfd_lane_free(cfd_lane *l);                /* an empty lane nobody holds; g.mu held */
 /* Record a pooled event at the stream's end; the stream's context current. */
 int cfd_record(cfd_ctx *cx, CUstream stream, CUevent *out);

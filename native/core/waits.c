@@ -80,6 +80,9 @@ cfd_wait *cfd_wait_lookup(uint64_t token)
     return (w && w->token == token) ? w : NULL;
 }
 
+#define LANE_BUCKETS 4096
+static cfd_lane *lane_table[LANE_BUCKETS];
+
 /* ---- notifier attachment ---- */
 
 static void attach(cudafd_notifier *n, cfd_wait *w)
@@ -115,15 +118,73 @@ void cfd_detach_all(cudafd_notifier *n)
         detach(n->attached);
 }
 
-void cfd_wait_complete(cfd_wait *w, int64_t status, bool from_hostfn)
+/* Report a wait's result to its notifier, if it still has one. */
+static void deliver(cfd_wait *w, int64_t status)
 {
-    if (w->n) {
-        cfd_notifier_push(w->n, w->token, status);
-        detach(w);
-    }
+    if (!w->n)
+        return;
+    cfd_notifier_push(w->n, w->token, status);
+    detach(w);
     cfd_count(ST_COMPLETED, 1);
     if (status != 0)
         cfd_count(ST_FAULTS, 1);
+}
+
+/* Errors after which the context can do no more work (the driver's "sticky"
+ * errors): every later call on it fails the same way. */
+static bool is_sticky(int64_t status)
+{
+    switch (status) {
+    case 214: /* CUDA_ERROR_ECC_UNCORRECTABLE */
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_LAUNCH_TIMEOUT:
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+    case CUDA_ERROR_ASSERT:
+    case 714: /* CUDA_ERROR_HARDWARE_STACK_ERROR */
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case 717: /* CUDA_ERROR_INVALID_ADDRESS_SPACE */
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_LAUNCH_FAILED:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/*
+ * A sticky fault seen on one wait dooms every wait of that context, but the
+ * driver reports it on other streams only once their running kernels end
+ * (measured on an H200: a fault beside 3 s kernels on other streams surfaced
+ * there after those kernels ran out). So the first sticky error seen in a
+ * context is delivered at once to every attached wait of the context; the
+ * waits stay in their lanes, detached, until the driver lets them go.
+ */
+static void fault_sweep(cfd_ctx *cx, int64_t status)
+{
+    if (cx->fault)
+        return;
+    cx->fault = status;
+    for (size_t b = 0; b < LANE_BUCKETS; b++)
+        for (cfd_lane *l = lane_table[b]; l; l = l->hnext)
+            if (l->ctx == cx->ctx)
+                for (cfd_wait *w = l->head; w; w = w->next)
+                    deliver(w, status);
+    for (cfd_wait *w = g.hf_pending; w; w = w->next)
+        if (w->cx == cx)
+            deliver(w, status);
+}
+
+void cfd_note_fault(cfd_ctx *cx, int64_t status)
+{
+    if (is_sticky(status))
+        fault_sweep(cx, status);
+}
+
+void cfd_wait_complete(cfd_wait *w, int64_t status, bool from_hostfn)
+{
+    deliver(w, status);
+    cfd_note_fault(w->cx, status);
     if (w->owns_ev && w->ev) {
         if ((status == 0 && g.nopen > 0) || from_hostfn || g.watchdog_querying)
             cfd_ctx_give_event(w->cx, w->ev); /* pooled, or retired later by a quiesce */
@@ -138,8 +199,6 @@ void cfd_wait_complete(cfd_wait *w, int64_t status, bool from_hostfn)
 
 /* ---- lanes ---- */
 
-#define LANE_BUCKETS 4096
-static cfd_lane *lane_table[LANE_BUCKETS];
 
 static size_t lane_hash(CUcontext ctx, uintptr_t stream, uint64_t thread, int mech)
 {
@@ -376,6 +435,11 @@ CFD_API int cudafd_watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *
             rc = enqueue(n, cx, stream == 1 ? 0 : stream, thread, ev, token);
     }
     leave_ctx(pushed);
+    if (rc == CUDAFD_E_CUDA) {
+        pthread_mutex_lock(&g.mu);
+        cfd_note_fault(cx, cudafd_last_cuda_error());
+        pthread_mutex_unlock(&g.mu);
+    }
     ctx_unhold(cx);
     return rc;
 }

@@ -1,0 +1,10 @@
+"""``python -m cudafd doctor | demo | bench``."""
+
+from __future__ import annotations
+
+import sys
+
+from ._cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,427 @@
+"""asyncio adapter (uvloop too): futures resolved from a Notifier's fd.
+
+One Dispatcher per (event loop, Notifier). While it has pending futures it
+keeps ``loop.add_reader(fd, ...)`` registered; the callback drains the
+Notifier and resolves the futures of the tokens it returns (futures already
+done or cancelled are skipped). When the count drops to zero the reader is
+removed, one loop iteration later, so a coroutine that awaits again right
+after waking does not pay for an unregister/register pair.
+
+The "poll" mechanism has no thread writing the fd: a ``call_later`` timer
+calls poll() then drains, starting at 50 µs and doubling up to 2 ms while
+nothing finishes, back to 50 µs on progress. (Known limit: asyncio's
+selector rounds sub-millisecond timeouts up to 1 ms, so under plain asyncio
+"poll" wakes at best once per millisecond; uvloop does not round up.)
+
+Cancellation (task.cancel(), asyncio.timeout) lands in the ``finally`` of
+Dispatcher.wait, which cancels the token if it was not reported: the wait is
+detached, the GPU work is not cancelled, nothing leaks.
+
+Facts relied on: asyncio runs callbacks on the loop's thread only, so the
+futures map needs no lock; the Notifier's fd is level-triggered, so a reader
+that drains everything never misses a completion; a loop without add_reader
+(the Windows proactor loop) raises NotImplementedError.
+
+A Notifier serves one loop at a time: arming a second loop's dispatcher
+while the first has waits raises CudafdError (its drain would swallow the
+other loop's tokens). When the Notifier is closed, a close hook gives the fd
+back at once if nothing waits, so close() releases it synchronously.
+
+Lifetimes: dispatchers live in WeakKeyDictionaries keyed by the loop (the
+default Notifier's, module-level; a given Notifier's, on that Notifier) and
+refer to the loop only while armed, so an idle loop can be collected; the
+default Notifier of a loop is closed by a weakref.finalize on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from ._errors import CudafdError
+from ._notifier import Notifier
+
+__all__ = [
+    "Dispatcher",
+    "dispatcher",
+    "default_dispatcher",
+    "default_notifier",
+    "close_default_notifier",
+    "wait_readiness",
+    "POLL_MIN",
+    "POLL_MAX",
+]
+
+POLL_MIN = 50e-6
+POLL_MAX = 2e-3
+
+_NO_READER = (
+    "this event loop cannot watch file descriptors (no add_reader: the Windows "
+    "ProactorEventLoop?): use a selector event loop or uvloop"
+)
+
+
+class Dispatcher:
+    """Resolves the futures of one Notifier's waits on one asyncio loop (loop thread only)."""
+
+    __slots__ = (
+        "_notifier",
+        "_futures",
+        "_watch",
+        "_cancel",
+        "_drain",
+        "_poll",
+        "_polling",
+        "_loop",
+        "_thread",
+        "_armed",
+        "_fd",
+        "_timer",
+        "_delay",
+        "_disarm_queued",
+        "__weakref__",
+    )
+
+    def __init__(self, notifier: Notifier) -> None:
+        self._notifier = notifier
+        self._futures: dict[int, asyncio.Future[None]] = {}
+        self._watch = notifier.watch
+        self._cancel = notifier.cancel
+        self._drain = notifier.drain
+        self._poll = notifier.poll
+        self._polling = notifier.needs_polling
+        self._loop: asyncio.AbstractEventLoop | None = None  # set while armed only
+        self._armed = False
+        self._fd = -1
+        self._timer: asyncio.TimerHandle | None = None
+        self._delay = POLL_MIN
+        self._disarm_queued = False
+        self._thread = 0
+        notifier._add_close_hook(self._notifier_closed)
+
+    async def wait(self, loop: asyncio.AbstractEventLoop, target: object) -> None:
+        """Watch ``target`` and wait for it; cancellation detaches the wait (GPU work goes on)."""
+        token = self._watch(target)
+        fut = loop.create_future()
+        futures = self._futures
+        futures[token] = fut
+        if not self._armed:
+            try:
+                self._arm(loop)
+            except BaseException:
+                del futures[token]
+                self._cancel(token)
+                raise
+        try:
+            await fut
+        finally:
+            if token in futures:  # not reported: cancelled, or the coroutine was closed
+                del futures[token]
+                self._cancel(token)
+                if not futures:
+                    self._disarm_later()
+
+    # ---- registration ----
+
+    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        owner = self._notifier.__dict__.get("_aio_owner")
+        if owner is not None and owner is not self and owner._armed:
+            # Its drain() would take the other loop's tokens: they would never be resolved.
+            raise CudafdError(
+                "this Notifier is already waited on by another event loop; use one Notifier per "
+                "loop (cudafd.wait() without notifier= does that)"
+            )
+        self._notifier.__dict__["_aio_owner"] = self
+        if self._polling:
+            self._delay = POLL_MIN
+            self._timer = loop.call_later(POLL_MIN, self._on_timer)
+        else:
+            fd = self._notifier._hold_fd()
+            try:
+                loop.add_reader(fd, self._on_readable)
+            except NotImplementedError:
+                self._notifier._unhold_fd()
+                raise CudafdError(_NO_READER) from None
+            except BaseException:
+                self._notifier._unhold_fd()
+                raise
+            self._fd = fd
+        self._loop = loop
+        self._thread = threading.get_ident()
+        self._armed = True
+
+    def _disarm_later(self) -> None:
+        if not self._disarm_queued and self._loop is not None:
+            self._disarm_queued = True
+            try:
+                self._loop.call_soon(self._maybe_disarm)
+            except RuntimeError:  # the loop is closed
+                self._disarm_queued = False
+                self._disarm()
+
+    def _maybe_disarm(self) -> None:
+        self._disarm_queued = False
+        if not self._futures:
+            self._disarm()
+
+    def _notifier_closed(self) -> None:
+        """Close hook (any thread): give the fd back now if nothing waits, so close() releases it."""
+        loop = self._loop
+        if loop is None:
+            return
+        if threading.get_ident() == self._thread:
+            if not self._futures:
+                self._disarm()
+        else:
+            try:
+                loop.call_soon_threadsafe(self._maybe_disarm)
+            except RuntimeError:  # the loop is closed
+                pass
+
+    def _disarm(self) -> None:
+        if not self._armed:
+            return
+        loop, self._loop = self._loop, None
+        self._armed = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            try:
+                if loop is not None and not loop.is_closed():
+                    loop.remove_reader(fd)
+            finally:
+                self._notifier._unhold_fd()
+
+    # ---- completion ----
+
+    def _resolve(self, results: list[tuple[int, BaseException | None]]) -> None:
+        futures = self._futures
+        for token, exc in results:
+            fut = futures.pop(token, None)
+            if fut is None or fut.done():
+                continue
+            if exc is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(exc)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        futures = list(self._futures.values())
+        self._futures.clear()  # the same dict: wait() holds it
+        for fut in futures:
+            if not fut.done():
+                fut.set_exception(exc)
+
+    def _on_readable(self) -> None:
+        try:
+            results = self._drain()
+        except Exception as exc:  # the native core failed: fail every waiter rather than hang
+            self._fail_all(exc)
+        else:
+            self._resolve(results)
+        if not self._futures:
+            if self._notifier.closed:
+                self._disarm()  # let the Notifier release its fd now
+            else:
+                self._disarm_later()
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        try:
+            self._poll()
+            results = self._drain()
+        except Exception as exc:
+            self._fail_all(exc)
+            results = []
+        else:
+            self._resolve(results)
+        if not self._futures:
+            self._disarm()
+            return
+        self._delay = POLL_MIN if results else min(self._delay * 2, POLL_MAX)
+        if self._loop is not None:
+            self._timer = self._loop.call_later(self._delay, self._on_timer)
+
+
+# ---- dispatcher lookup ------------------------------------------------------
+
+_default: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dispatcher] = weakref.WeakKeyDictionary()
+_default_strong: dict[asyncio.AbstractEventLoop, Dispatcher] = {}  # loops that refuse weak references
+
+
+def _new_default_dispatcher(loop: asyncio.AbstractEventLoop) -> Dispatcher:
+    notifier = Notifier()
+    disp = Dispatcher(notifier)
+    try:
+        _default[loop] = disp
+    except TypeError:
+        _default_strong[loop] = disp
+    else:
+        weakref.finalize(loop, notifier.close)
+    return disp
+
+
+# The last (loop, default dispatcher) pair looked up: most programs run one loop.
+_last_loop: weakref.ReferenceType[asyncio.AbstractEventLoop] | None = None
+_last_disp: Dispatcher | None = None
+
+
+def default_dispatcher(loop: asyncio.AbstractEventLoop) -> Dispatcher:
+    """The Dispatcher of the loop's default Notifier (created on first use)."""
+    global _last_loop, _last_disp
+    if _last_loop is not None and _last_loop() is loop:
+        return _last_disp  # type: ignore[return-value]
+    disp = _default.get(loop)
+    if disp is None:
+        disp = _default_strong.get(loop) or _new_default_dispatcher(loop)
+    try:
+        _last_loop, _last_disp = weakref.ref(loop), disp
+    except TypeError:
+        pass
+    return disp
+
+
+def dispatcher(loop: asyncio.AbstractEventLoop, notifier: Notifier | None) -> Dispatcher:
+    """The Dispatcher of ``notifier`` (default: the loop's own Notifier, created lazily) on ``loop``."""
+    if notifier is None:
+        return default_dispatcher(loop)
+    table = notifier.__dict__.get("_aio_dispatchers")
+    if table is None:
+        table = notifier.__dict__["_aio_dispatchers"] = weakref.WeakKeyDictionary()
+    disp = table.get(loop)
+    if disp is None:
+        disp = Dispatcher(notifier)
+        try:
+            table[loop] = disp
+        except TypeError:
+            pass  # a loop without weak references: a fresh dispatcher per call still works
+    return disp
+
+
+def default_notifier(loop: asyncio.AbstractEventLoop) -> Notifier | None:
+    """The loop's default Notifier if one was created."""
+    disp = _default.get(loop) or _default_strong.get(loop)
+    return disp._notifier if disp is not None else None
+
+
+def close_default_notifier(loop: asyncio.AbstractEventLoop) -> None:
+    """Close and forget the loop's default Notifier (a later wait creates a new one)."""
+    global _last_loop, _last_disp
+    disp = _default.pop(loop, None) or _default_strong.pop(loop, None)
+    if _last_disp is disp:
+        _last_loop = _last_disp = None
+    if disp is not None:
+        disp._notifier.close()
+
+
+# ---- waiting for one fd (Fence) -------------------------------------------
+
+
+class _ReadinessWaiter:
+    """Futures waiting, on one loop, for ``check()`` to turn True after the fd turns readable."""
+
+    def __init__(self, notifier: Notifier, check: Callable[[], bool]) -> None:
+        self._notifier = notifier
+        self._check = check
+        self._futures: list[asyncio.Future[None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._fd = -1
+        self._timer: asyncio.TimerHandle | None = None
+        self._delay = POLL_MIN
+
+    def add(self, loop: asyncio.AbstractEventLoop, fut: asyncio.Future[None]) -> None:
+        if self._loop is not None and self._loop is not loop:
+            raise CudafdError("a Fence can be awaited on one event loop at a time")
+        self._futures.append(fut)
+        if self._loop is None:
+            try:
+                self._arm(loop)
+            except BaseException:
+                self._futures.remove(fut)
+                raise
+
+    def discard(self, fut: asyncio.Future[None]) -> None:
+        try:
+            self._futures.remove(fut)
+        except ValueError:
+            pass
+        if not self._futures:
+            self._disarm()
+
+    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._notifier.needs_polling:
+            self._delay = POLL_MIN
+            self._timer = loop.call_later(POLL_MIN, self._on_timer)
+        else:
+            fd = self._notifier._hold_fd()
+            try:
+                loop.add_reader(fd, self._fire)
+            except NotImplementedError:
+                self._notifier._unhold_fd()
+                raise CudafdError(_NO_READER) from None
+            except BaseException:
+                self._notifier._unhold_fd()
+                raise
+            self._fd = fd
+        self._loop = loop
+
+    def _disarm(self) -> None:
+        loop, self._loop = self._loop, None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            try:
+                if loop is not None and not loop.is_closed():
+                    loop.remove_reader(fd)
+            finally:
+                self._notifier._unhold_fd()
+
+    def _fire(self) -> bool:
+        try:
+            ready = self._check()
+        except Exception as exc:
+            for fut in self._futures:
+                if not fut.done():
+                    fut.set_exception(exc)
+            ready = True
+        else:
+            if ready:
+                for fut in self._futures:
+                    if not fut.done():
+                        fut.set_result(None)
+        if ready:
+            self._futures.clear()
+            self._disarm()
+        return ready
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self._fire() or self._loop is None:
+            return
+        self._delay = min(self._delay * 2, POLL_MAX)
+        self._timer = self._loop.call_later(self._delay, self._on_timer)
+
+
+async def wait_readiness(owner: Any, notifier: Notifier, check: Callable[[], bool]) -> None:
+    """Wait on the running loop until ``check()`` is True, re-checking whenever the fd is readable.
+
+    The waiter state lives on ``owner`` (a Fence) so several coroutines can
+    await the same owner at once. Cancellation unregisters only this waiter.
+    """
+    loop = asyncio.get_running_loop()
+    waiter = owner.__dict__.get("_aio_waiter")
+    if waiter is None:
+        waiter = owner.__dict__["_aio_waiter"] = _ReadinessWaiter(notifier, check)
+    fut: asyncio.Future[None] = loop.create_future()
+    waiter.add(loop, fut)
+    try:
+        await fut
+    finally:
+        waiter.discard(fut)

@@ -1,0 +1,62 @@
+"""The interface between a Notifier and the mechanism that learns of GPU progress.
+
+Two implementations: ``_native.NativeBackend`` (the C core: mechanisms
+"event", "hostfunc", "spin") and ``_poll.PollBackend`` (pure Python over the
+driver: mechanism "poll"). The Notifier serialises every call under its own
+lock, so a backend needs no locking of its own, and it keeps the bookkeeping
+that is the same for both (which tokens are pending, what close() reports).
+
+Tokens are nonzero ints below 2**63; the Notifier uses the upper half for
+waits that are complete on arrival.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+__all__ = ["Backend"]
+
+
+class Backend(Protocol):
+    mechanism: str
+    needs_polling: bool  # True: nothing wakes the fd unless poll() is called
+
+    def fileno(self) -> int:
+        """The eventfd that is readable while completions are queued (and once closed)."""
+        ...
+
+    def watch_stream(self, handle: int) -> int:
+        """Mark the stream's current end; return the token. Raises CudaError / CudafdError."""
+        ...
+
+    def watch_event(self, handle: int, ctx: int) -> int:
+        """Watch the event's latest record (ctx: the context to make current, 0 = as is)."""
+        ...
+
+    def cancel(self, token: int) -> bool:
+        """Detach a wait: True if it was pending, False if it had completed (queued) or is unknown."""
+        ...
+
+    def drain(self, clear_fd: bool) -> list[tuple[int, int]]:
+        """Take every queued completion as (token, status); clear_fd: the fd was also written by the caller."""
+        ...
+
+    def signal(self) -> None:
+        """Make the fd readable (the caller queued a completion of its own)."""
+        ...
+
+    def poll(self) -> None:
+        """Look for progress now (the poll mechanism); a no-op where threads do it."""
+        ...
+
+    def close(self) -> None:
+        """Detach every wait and make the fd readable; idempotent."""
+        ...
+
+    def destroy(self) -> None:
+        """close(), then release the fd and everything else; nothing may follow."""
+        ...
+
+    def live_events(self) -> int:
+        """CUevents this backend holds (0 where the native core counts them itself)."""
+        ...

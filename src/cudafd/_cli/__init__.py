@@ -1,0 +1,41 @@
+"""Command line: ``python -m cudafd doctor | demo | bench``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m cudafd", description="cudafd: a pollable fd for CUDA stream progress")
+    sub = p.add_subparsers(dest="command", metavar="{doctor,demo,bench}")
+    d = sub.add_parser("doctor", help="what works on this machine, and a quick self-test")
+    d.add_argument("--sim", action="store_true", help="test on the simulator even if a GPU is usable")
+    m = sub.add_parser("demo", help="many concurrent asyncio waits on spin kernels, with latency figures")
+    m.add_argument("--waits", type=int, default=40000, help="total waits (default 40000)")
+    m.add_argument("--streams", type=int, default=32, help="streams, one coroutine each (default 32)")
+    m.add_argument("--sim", action="store_true", help="use the simulator even if a GPU is usable")
+    m.add_argument("--mechanism", default=None, help="event (default), hostfunc, spin or poll")
+    b = sub.add_parser("bench", help="latency/CPU/throughput against the usual baselines (not yet)")
+    b.add_argument("rest", nargs=argparse.REMAINDER)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "doctor":
+        from . import doctor
+
+        return doctor.run(force_sim=args.sim)
+    if args.command == "demo":
+        from . import demo
+
+        return demo.run(waits=args.waits, streams=args.streams, force_sim=args.sim, mechanism=args.mechanism)
+    if args.command == "bench":
+        from . import bench
+
+        return bench.run(args.rest)
+    _parser().print_help(sys.stderr)
+    return 2

@@ -1,0 +1,309 @@
+"""Notifier: one file descriptor, many waits. The sans-io core every loop adapter uses.
+
+A Notifier never blocks and never waits: ``watch(target)`` marks a point on a
+stream (or an event's record) and returns a token; when the GPU passes the
+point, the token is queued and ``fileno()`` becomes readable; ``drain()``
+returns every finished token in one batch, with ``None`` or the CudaError of
+the awaited work. Any event loop can drive it: wait for the fd to be readable
+(level-triggered; after an edge, drain until it returns []), then drain.
+
+Threads: every method may be called from any thread; calls are serialised by
+a small lock (ctypes releases the GIL inside native calls, so the lock is
+what keeps close() from freeing the native notifier under another call).
+Completions are found by native threads (or by poll() for the "poll"
+mechanism) that never call into Python.
+
+Ordering: waits on one stream complete in the order they were watched; drain()
+returns completions in the order they were found.
+
+Faults: a fault in the awaited work (or a sticky fault of its context) is
+reported as a CudaError for that token. Never a hang.
+
+Cancellation: cancel(token) detaches the wait; the GPU work is not cancelled.
+
+Lifetime: close() (idempotent, any thread) detaches every pending wait and
+makes the fd readable; the next drain() returns each token that was pending at
+close with a ClosedError, later drains return []. The fd itself is released
+once that batch has been drained and no loop adapter holds it (adapters hold
+it while they have a reader registered, so the fd number cannot be reused
+under their selector); when nothing is pending at close, close() releases it
+at once. ``__del__`` only runs the same cleanup.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from . import _lib
+from ._backend import Backend
+from ._errors import ClosedError, CudaError, LibraryError
+from ._targets import resolve
+
+__all__ = ["Notifier", "MECHANISMS", "default_mechanism"]
+
+MECHANISMS = ("event", "hostfunc", "spin", "poll")
+_DONE_TOKEN_BASE = 1 << 63  # tokens of waits complete on arrival (native tokens stay below)
+_CLOSED_MESSAGE = "the Notifier was closed while this wait was pending (the GPU work is not cancelled)"
+
+
+def default_mechanism() -> str:
+    """$CUDAFD_MECHANISM if set, else "event"."""
+    return (os.environ.get("CUDAFD_MECHANISM") or "event").strip().lower()
+
+
+def _check_mechanism(name: object) -> str:
+    if not isinstance(name, str) or name.strip().lower() not in MECHANISMS:
+        raise ValueError(f"unknown cudafd mechanism {name!r}: choose one of {', '.join(MECHANISMS)}")
+    return name.strip().lower()
+
+
+def _make_backend(mechanism: str) -> tuple[str, Backend]:
+    if mechanism != "poll":
+        try:
+            lib = _lib.load()
+        except LibraryError as exc:
+            warnings.warn(
+                f"cudafd: the native library is unavailable, so this Notifier uses the 'poll' "
+                f"mechanism instead of {mechanism!r} (the loop polls with a timer; no native "
+                f"threads). Why: {exc}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        else:
+            from ._native import NativeBackend
+
+            return mechanism, NativeBackend(lib, mechanism)
+    from ._poll import PollBackend
+
+    return "poll", PollBackend()
+
+
+class Notifier:
+    """A pollable fd plus a queue of finished waits (see the module docstring).
+
+    ``mechanism`` is how the GPU's progress is learnt: "event" (default, or
+    $CUDAFD_MECHANISM), "hostfunc", "spin" or "poll". Where libcudafd.so cannot
+    load, "poll" is used instead, with a RuntimeWarning saying why. Raises
+    ValueError for an unknown mechanism and CudafdError when the mechanism
+    cannot be used here (see ``python -m cudafd doctor``).
+    """
+
+    mechanism: str
+    needs_polling: bool
+
+    def __init__(self, mechanism: str | None = None) -> None:
+        self._closed = True  # first: a half-built object is safe to collect
+        self._released = True
+        self._backend: Backend | None = None
+        name = _check_mechanism(mechanism if mechanism is not None else default_mechanism())
+        self._lock = threading.Lock()
+        self.mechanism, self._backend = _make_backend(name)
+        self.needs_polling = self._backend.needs_polling
+        self._fd = self._backend.fileno()
+        self._pending: dict[int, object] = {}  # token -> object kept alive for it
+        self._dropped: set[int] = set()  # cancelled after completing: never reported
+        self._ready: list[int] = []  # complete on arrival, not yet drained
+        self._signalled = False  # we wrote the fd for them: the next drain must clear it
+        self._next_done = _DONE_TOKEN_BASE
+        self._closed_batch: list[tuple[int, BaseException | None]] = []
+        self._fd_holds = 0
+        self._close_hooks: list[Callable[[], None]] = []
+        self._released = False
+        self._closed = False
+
+    # ---- the sans-io interface ----
+
+    def fileno(self) -> int:
+        """The fd to poll for readability. Raises ClosedError once it was released after close()."""
+        if self._released:
+            raise ClosedError("the Notifier is closed and its fd released")
+        return self._fd
+
+    def watch(self, target: object) -> int:
+        """Start a wait and return its token.
+
+        ``target`` is a stream (all work enqueued on it so far) or a recorded
+        event (its latest record); see cudafd._targets for what is accepted.
+        The target object is kept alive until the token is drained or
+        cancelled. Raises TypeError/ValueError for a bad target, CudaError if
+        the driver refuses (a dead handle, a context that already faulted),
+        ClosedError after close().
+        """
+        t = resolve(target)
+        with self._lock:
+            if self._closed:
+                raise ClosedError("watch() on a closed Notifier")
+            kind = t.kind
+            if kind == "stream":
+                token = self._backend.watch_stream(t.handle)  # type: ignore[union-attr]
+            elif kind == "event":
+                token = self._backend.watch_event(t.handle, t.ctx)  # type: ignore[union-attr]
+            else:  # nothing to wait for: report it at the next drain
+                token = self._next_done
+                self._next_done += 1
+                if not self._signalled:
+                    self._backend.signal()  # type: ignore[union-attr]
+                    self._signalled = True
+                self._ready.append(token)
+            self._pending[token] = t.keep
+        return token
+
+    def cancel(self, token: int) -> bool:
+        """Detach a wait: its token will never be reported by drain(). The GPU work is not cancelled.
+
+        Returns True if the wait was still pending, False if it had already
+        finished (its result is discarded) or the token is unknown.
+        """
+        with self._lock:
+            if token not in self._pending:
+                return False
+            del self._pending[token]
+            if token >= _DONE_TOKEN_BASE:
+                self._ready.remove(token)
+                return False
+            if self._backend.cancel(token):  # type: ignore[union-attr]
+                return True
+            self._dropped.add(token)
+            return False
+
+    def drain(self) -> list[tuple[int, BaseException | None]]:
+        """Every wait finished since the last drain, as (token, None or exception).
+
+        The exception is a CudaError for a fault, or a ClosedError for the
+        waits that were pending when close() was called (reported by the first
+        drain after close; later drains return []). Never blocks.
+        """
+        with self._lock:
+            if self._closed:
+                batch, self._closed_batch = self._closed_batch, []
+                self._release_if_idle()
+                return batch
+            ready = self._ready
+            clear = self._signalled
+            self._signalled = False
+            raw = self._backend.drain(clear)  # type: ignore[union-attr]
+            pending = self._pending
+            out: list[tuple[int, BaseException | None]] = []
+            if ready:
+                self._ready = []
+                for token in ready:
+                    del pending[token]
+                    out.append((token, None))
+            dropped = self._dropped
+            for token, status in raw:
+                if dropped and token in dropped:
+                    dropped.discard(token)
+                    continue
+                pending.pop(token, None)
+                out.append((token, None if status == 0 else CudaError(status, where="the awaited GPU work")))
+            return out
+
+    def poll(self) -> None:
+        """Look for progress now. Needed only when ``needs_polling`` (the "poll" mechanism); else a no-op."""
+        if self.needs_polling:
+            with self._lock:
+                if not self._closed:
+                    self._backend.poll()  # type: ignore[union-attr]
+
+    @property
+    def pending(self) -> int:
+        """Waits not yet reported by drain() (nor cancelled)."""
+        return len(self._pending) + len(self._closed_batch)
+
+    @property
+    def closed(self) -> bool:
+        """True once close() was called."""
+        return self._closed
+
+    def close(self) -> None:
+        """Close: wake every pending waiter with ClosedError. Idempotent; any thread.
+
+        Every pending wait is detached (its GPU work goes on) and reported by
+        the next drain() with a ClosedError; the fd becomes readable. Later
+        watch() raises ClosedError.
+        """
+        lock = getattr(self, "_lock", None)
+        if lock is None or self._backend is None:
+            return
+        with lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._backend.close()
+            self._closed_batch = [(token, ClosedError(_CLOSED_MESSAGE)) for token in self._pending]
+            self._pending.clear()
+            self._ready = []
+            self._dropped.clear()
+            self._release_if_idle()
+            hooks = list(self._close_hooks)
+        for hook in hooks:  # outside the lock: a hook may give the fd back
+            try:
+                hook()
+            except Exception:
+                pass
+
+    # ---- fd ownership, for loop adapters ----
+
+    def _hold_fd(self) -> int:
+        """Keep the fd open until _unhold_fd(): call before registering a reader. Returns the fd."""
+        with self._lock:
+            if self._released:
+                raise ClosedError("the Notifier is closed")
+            self._fd_holds += 1
+            return self._fd
+
+    def _add_close_hook(self, hook: Callable[[], None]) -> None:
+        """Call ``hook()`` after close() (on the closing thread, without the lock held)."""
+        with self._lock:
+            self._close_hooks.append(hook)
+
+    def _unhold_fd(self) -> None:
+        """Undo _hold_fd(): call after removing the reader."""
+        with self._lock:
+            self._fd_holds -= 1
+            self._release_if_idle()
+
+    def _release_if_idle(self) -> None:  # lock held
+        if self._closed and not self._released and not self._closed_batch and self._fd_holds <= 0:
+            self._released = True
+            self._backend.destroy()  # type: ignore[union-attr]
+
+    def _live_events(self) -> int:
+        backend = self._backend
+        return backend.live_events() if backend is not None and not self._released else 0
+
+    # ---- conveniences ----
+
+    def wait(self, target: object) -> Coroutine[Any, Any, None]:
+        """``await n.wait(target)``: cudafd.wait(target, notifier=n)."""
+        from ._wait import wait
+
+        return wait(target, notifier=self)
+
+    def __enter__(self) -> Notifier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if self._released or self._backend is None:
+            return
+        self._closed = True
+        self._released = True
+        try:
+            self._backend.destroy()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"  # fd=-1 once the fd was released
+        fd = -1 if self._released else self._fd
+        return (
+            f"<cudafd.Notifier fd={fd} mechanism={getattr(self, 'mechanism', '?')!r} "
+            f"pending={self.pending if hasattr(self, '_pending') else 0} {state}>"
+        )

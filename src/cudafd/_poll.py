@@ -1,0 +1,250 @@
+"""The "poll" mechanism: no native threads, the caller's loop polls cuEventQuery.
+
+Used where libcudafd.so cannot load (or when asked for). A stream watch
+records a pooled ``CU_EVENT_DISABLE_TIMING`` event at the stream's current
+end (with the stream's context made current for the record); an event watch
+queries the caller's event itself (so it follows the event's latest record at
+query time, not at watch time as the native core does). poll() queries what
+is pending; finished tokens are queued and an eventfd of our own is written,
+so ``fileno()`` behaves like the native notifier's: readable while
+completions are queued, and once closed.
+
+Facts relied on: a stream runs its work in order, so the events recorded on
+one stream complete in the order they were recorded, and poll() stops at the
+first pending one of each stream. cuEventQuery returns CUDA_SUCCESS,
+CUDA_ERROR_NOT_READY, or the context's sticky fault, which is the wait's status.
+Destroying an event whose record is still pending is allowed (the driver
+frees it once complete).
+
+Nothing here is thread-safe by itself: the Notifier serialises calls.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections import deque
+from ctypes import byref, c_void_p
+
+from . import _driver
+from ._errors import CudaError
+
+__all__ = ["PollBackend", "live_events", "live_eventfds"]
+
+_NOT_READY = 600
+_PER_THREAD_STREAM = 2
+_ONE = (1).to_bytes(8, sys.byteorder)
+
+_count_lock = threading.Lock()
+_live = {"events": 0, "eventfds": 0}
+
+
+def _count(what: str, delta: int) -> None:
+    with _count_lock:
+        _live[what] += delta
+
+
+def live_events() -> int:
+    """CUevents created by poll backends and not yet destroyed (process-wide)."""
+    return _live["events"]
+
+
+def live_eventfds() -> int:
+    """eventfds opened by poll backends and not yet closed (process-wide)."""
+    return _live["eventfds"]
+
+
+class PollBackend:
+    """The "poll" mechanism behind the Backend interface."""
+
+    mechanism = "poll"
+    needs_polling = True
+
+    def __init__(self) -> None:
+        self._fd = -1
+        self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        _count("eventfds", 1)
+        self._drv: _driver.Driver | None = None
+        self._next_token = 1
+        # (ctx, stream, thread) -> deque of (token, event, ctx), in record order
+        self._lanes: dict[tuple[int, int, int], deque[tuple[int, int, int]]] = {}
+        self._lane_of: dict[int, tuple[int, int, int]] = {}
+        self._events: dict[int, int] = {}  # token -> caller's event
+        self._done: list[tuple[int, int]] = []
+        self._retiring: list[tuple[int, int]] = []  # (event, ctx) of cancelled watches
+        self._pool: dict[int, list[int]] = {}  # ctx -> idle events
+        self._nevents = 0
+        self._signalled = False
+        self._closed = False
+
+    # ---- helpers ----
+
+    def _get_driver(self) -> _driver.Driver:
+        drv = self._drv
+        if drv is None:
+            drv = self._drv = _driver.get()
+            drv.init()
+        return drv
+
+    def _take_event(self, drv: _driver.Driver, ctx: int) -> int:
+        pool = self._pool.get(ctx)
+        if pool:
+            return pool.pop()
+        ev = c_void_p()
+        with drv.current(ctx):
+            _driver.check(drv.cuEventCreate(byref(ev), _driver.CU_EVENT_DISABLE_TIMING), "cuEventCreate")  # type: ignore[attr-defined]
+        self._nevents += 1
+        _count("events", 1)
+        return ev.value or 0
+
+    def _destroy_event(self, ev: int) -> None:
+        if self._drv is not None:
+            self._drv.cuEventDestroy(ev)  # type: ignore[attr-defined]  # errors: the context is gone
+        self._nevents -= 1
+        _count("events", -1)
+
+    def _give_event(self, ev: int, ctx: int, status: int) -> None:
+        if status == 0 and not self._closed:
+            self._pool.setdefault(ctx, []).append(ev)
+        else:
+            self._destroy_event(ev)
+
+    def _token(self) -> int:
+        token = self._next_token
+        self._next_token += 1
+        return token
+
+    # ---- Backend ----
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def watch_stream(self, handle: int) -> int:
+        drv = self._get_driver()
+        ctx = drv.stream_ctx(handle)
+        ev = self._take_event(drv, ctx)
+        with drv.current(ctx):
+            res = drv.cuEventRecord(ev, handle)  # type: ignore[attr-defined]
+        if res != 0:
+            self._destroy_event(ev)
+            raise CudaError(res, where="cuEventRecord on the stream")
+        token = self._token()
+        key = (ctx, handle, threading.get_ident() if handle == _PER_THREAD_STREAM else 0)
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = deque()
+        lane.append((token, ev, ctx))
+        self._lane_of[token] = key
+        return token
+
+    def watch_event(self, handle: int, ctx: int) -> int:
+        drv = self._get_driver()
+        res = drv.cuEventQuery(handle)  # type: ignore[attr-defined]
+        if res in (1, 400, 709):  # invalid value / handle, context destroyed
+            raise CudaError(res, where="cuEventQuery (is this a live event?)")
+        token = self._token()
+        self._events[token] = handle
+        return token
+
+    def cancel(self, token: int) -> bool:
+        key = self._lane_of.pop(token, None)
+        if key is not None:
+            lane = self._lanes[key]
+            for i, (tok, ev, ctx) in enumerate(lane):
+                if tok == token:
+                    del lane[i]
+                    self._retiring.append((ev, ctx))  # reused once its record completes
+                    break
+            if not lane:
+                del self._lanes[key]
+            return True
+        return self._events.pop(token, None) is not None
+
+    def poll(self) -> None:
+        if self._closed or self._drv is None:
+            return
+        query = self._drv.cuEventQuery  # type: ignore[attr-defined]
+        done = self._done
+        before = len(done)
+        if self._lanes:
+            emptied = []
+            for key, lane in self._lanes.items():
+                while lane:
+                    token, ev, ctx = lane[0]
+                    res = query(ev)
+                    if res == _NOT_READY:
+                        break
+                    lane.popleft()
+                    del self._lane_of[token]
+                    done.append((token, res))
+                    self._give_event(ev, ctx, res)
+                if not lane:
+                    emptied.append(key)
+            for key in emptied:
+                del self._lanes[key]
+        if self._events:
+            finished = []
+            for token, ev in self._events.items():
+                res = query(ev)
+                if res != _NOT_READY:
+                    finished.append(token)
+                    done.append((token, res))
+            for token in finished:
+                del self._events[token]
+        if self._retiring:
+            still = []
+            for ev, ctx in self._retiring:
+                res = query(ev)
+                if res == _NOT_READY:
+                    still.append((ev, ctx))
+                else:
+                    self._give_event(ev, ctx, res)
+            self._retiring = still
+        if len(done) > before and not self._signalled:
+            self.signal()
+
+    def drain(self, clear_fd: bool) -> list[tuple[int, int]]:
+        if self._signalled or clear_fd:
+            try:
+                os.read(self._fd, 8)
+            except BlockingIOError:
+                pass
+            self._signalled = False
+        out, self._done = self._done, []
+        return out
+
+    def signal(self) -> None:
+        os.write(self._fd, _ONE)
+        self._signalled = True
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for lane in self._lanes.values():
+            for _token, ev, _ctx in lane:
+                self._destroy_event(ev)
+        for ev, _ctx in self._retiring:
+            self._destroy_event(ev)
+        for pool in self._pool.values():
+            for ev in pool:
+                self._destroy_event(ev)
+        self._lanes.clear()
+        self._lane_of.clear()
+        self._events.clear()
+        self._retiring.clear()
+        self._pool.clear()
+        self._done.clear()
+        if self._fd >= 0 and not self._signalled:
+            self.signal()
+
+    def destroy(self) -> None:
+        self.close()
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+            _count("eventfds", -1)
+
+    def live_events(self) -> int:
+        return self._nevents

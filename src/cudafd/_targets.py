@@ -1,0 +1,228 @@
+"""Turning whatever the caller waits on into a raw CUDA stream or event handle.
+
+A target is either a stream, meaning "all work enqueued on it so far", or a
+recorded event, meaning "its latest record". Recognised:
+
+* anything with ``__cuda_stream__`` (a method returning ``(version, handle)``,
+  or, as older cuda.core had it, an attribute holding that tuple): cuda.core
+  streams, newer CuPy streams, ``cudafd.sim.Stream``, ...
+* torch: ``torch.cuda.Stream`` / ``ExternalStream`` (``.cuda_stream``) and
+  ``torch.cuda.Event`` (``.cuda_event``; torch creates the CUevent lazily at the
+  first record, so an unrecorded torch event is 0: already complete);
+* CuPy: ``cupy.cuda.Stream`` / ``ExternalStream`` and ``cupy.cuda.Event`` (``.ptr``);
+* numba-cuda: streams and events (``.handle``: a ctypes ``c_void_p`` or a
+  cuda.bindings object);
+* cuda.core ``Event`` (``.handle``); cuda.bindings ``CUstream`` / ``CUevent``
+  (``int(obj)``); ``cudafd.sim.Event``;
+* a plain ``int``: a stream handle (0 = the legacy default stream of the
+  current context).
+
+Dispatch is on the module names along the object's type's MRO, cached per
+type, so no framework is ever imported here and subclasses work.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Literal
+
+__all__ = ["Target", "resolve", "ACCEPTED"]
+
+Kind = Literal["stream", "event", "done"]
+
+ACCEPTED = (
+    "a CUDA stream (an object with __cuda_stream__, torch.cuda.Stream, cupy.cuda.Stream, a "
+    "numba-cuda stream, a cuda.core Stream, cuda.bindings.driver.CUstream, cudafd.sim.Stream, "
+    "or an int stream handle) or a recorded event (torch.cuda.Event, cupy.cuda.Event, a "
+    "numba-cuda event, a cuda.core Event, cuda.bindings.driver.CUevent, cudafd.sim.Event)"
+)
+
+
+class Target:
+    """A resolved wait target.
+
+    ``kind`` is "stream", "event", or "done" (nothing to wait for: an
+    unrecorded torch event). ``handle`` is the CUstream/CUevent as an int.
+    ``keep`` is the caller's object, held while the wait is pending so the
+    stream or event it owns is not destroyed under the wait. ``ctx`` is the
+    CUcontext to make current while watching an event, where the target knows
+    it (0: the caller's current context, as the native core requires for
+    events).
+    """
+
+    __slots__ = ("kind", "handle", "keep", "ctx")
+
+    def __init__(self, kind: Kind, handle: int, keep: object, ctx: int = 0) -> None:
+        self.kind = kind
+        self.handle = handle
+        self.keep = keep
+        self.ctx = ctx
+
+    def __repr__(self) -> str:
+        return f"Target({self.kind!r}, {self.handle:#x}, keep={type(self.keep).__name__})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Target):
+            return NotImplemented
+        return (self.kind, self.handle) == (other.kind, other.handle) and self.keep is other.keep
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def handle_int(h: object, what: str = "handle") -> int:
+    """A handle as a nonnegative int: ints, ctypes c_void_p (``.value``), cuda.bindings objects (``int()``)."""
+    if isinstance(h, bool):
+        raise TypeError(f"{what} must be an integer handle, not bool")
+    if isinstance(h, int):
+        value = int(h)
+    elif h is None:
+        value = 0
+    elif hasattr(h, "value") and not hasattr(h, "__int__"):  # ctypes c_void_p and friends
+        value = h.value or 0  # type: ignore[attr-defined]
+    else:
+        try:
+            value = int(h)  # type: ignore[call-overload]
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{what}: cannot read a CUDA handle from {type(h).__qualname__}") from exc
+    if value < 0:
+        raise ValueError(f"{what} must be >= 0, got {value}")
+    return value
+
+
+# ---- per-kind resolvers ------------------------------------------------------
+
+
+def _cuda_stream_protocol(obj: object) -> Target:
+    proto = obj.__cuda_stream__  # type: ignore[attr-defined]
+    if callable(proto):
+        proto = proto()
+    try:
+        _version, handle = proto
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{type(obj).__qualname__}.__cuda_stream__ must give (version, handle), got {proto!r}") from exc
+    return Target("stream", handle_int(handle, "__cuda_stream__ handle"), obj)
+
+
+def _int_handle(obj: object) -> Target:
+    value = operator.index(obj)  # type: ignore[arg-type]
+    if value < 0:
+        raise ValueError(f"a stream handle must be >= 0, got {value}")
+    return Target("stream", value, obj)
+
+
+def _torch_stream(obj: object) -> Target:
+    return Target("stream", handle_int(obj.cuda_stream, "torch cuda_stream"), obj)  # type: ignore[attr-defined]
+
+
+def _torch_event(obj: object) -> Target:
+    handle = handle_int(obj.cuda_event, "torch cuda_event")  # type: ignore[attr-defined]
+    return Target("event", handle, obj) if handle else Target("done", 0, obj)
+
+
+def _ptr_stream(obj: object) -> Target:
+    return Target("stream", handle_int(obj.ptr, "cupy ptr"), obj)  # type: ignore[attr-defined]
+
+
+def _ptr_event(obj: object) -> Target:
+    return Target("event", handle_int(obj.ptr, "cupy ptr"), obj)  # type: ignore[attr-defined]
+
+
+def _handle_stream(obj: object) -> Target:
+    return Target("stream", handle_int(obj.handle, "stream handle"), obj)  # type: ignore[attr-defined]
+
+
+def _handle_event(obj: object) -> Target:
+    return Target("event", handle_int(obj.handle, "event handle"), obj)  # type: ignore[attr-defined]
+
+
+def _cudafd_event(obj: object) -> Target:
+    return Target("event", handle_int(obj.handle, "event handle"), obj, obj.context)  # type: ignore[attr-defined]
+
+
+def _int_stream(obj: object) -> Target:
+    return Target("stream", handle_int(obj, "CUstream"), obj)
+
+
+def _int_event(obj: object) -> Target:
+    return Target("event", handle_int(obj, "CUevent"), obj)
+
+
+Resolver = Callable[[object], Target]
+
+
+def _rejected(message: str) -> Resolver:
+    def reject(obj: object) -> Target:
+        raise TypeError(message)
+
+    return reject
+
+
+def _not_accepted(tp: type) -> Resolver:
+    return _rejected(f"cudafd cannot wait on {tp.__module__}.{tp.__qualname__}: expected {ACCEPTED}")
+
+
+def _by_module(tp: type) -> Resolver | None:
+    """Resolver for a framework type, chosen by the module and name of a class in its MRO."""
+    for cls in tp.__mro__:
+        module = getattr(cls, "__module__", "") or ""
+        root = module.partition(".")[0]
+        name = cls.__name__
+        if root == "torch":
+            if hasattr(cls, "cuda_stream"):
+                return _torch_stream
+            if hasattr(cls, "cuda_event"):
+                return _torch_event
+        elif root in ("cupy", "cupy_backends"):
+            if name in ("Stream", "ExternalStream", "_BaseStream", "BaseStream"):
+                return _ptr_stream
+            if name == "Event":
+                return _ptr_event
+        elif root in ("numba", "numba_cuda"):
+            if name.endswith("Stream"):
+                return _handle_stream
+            if name.endswith("Event"):
+                return _handle_event
+        elif root == "cuda":  # cuda.core, cuda.bindings (and the old cuda.cuda)
+            if name == "CUstream":
+                return _int_stream
+            if name == "CUevent":
+                return _int_event
+            if name == "Event" and "core" in module:
+                return _handle_event
+        elif root == "cudafd":
+            if name == "Event":
+                return _cudafd_event
+    return None
+
+
+def _resolver_for(tp: type) -> Resolver:
+    if tp is bool:
+        return _rejected(f"cudafd cannot wait on a bool: expected {ACCEPTED}")
+    if hasattr(tp, "__cuda_stream__"):
+        return _cuda_stream_protocol
+    found = _by_module(tp)
+    if found is not None:
+        return found
+    if issubclass(tp, int) or hasattr(tp, "__index__"):  # int subclasses, numpy integers
+        return _int_handle
+    return _not_accepted(tp)
+
+
+_cache: dict[type, Resolver] = {int: _int_handle}
+
+
+def resolve(target: object) -> Target:
+    """Resolve a wait target to a Target (see the module docstring for what is accepted).
+
+    Raises TypeError for anything else (None, bool, float, str, arbitrary
+    objects) and ValueError for a negative handle. The caller's object is
+    kept in ``Target.keep``.
+    """
+    tp = type(target)
+    resolver = _cache.get(tp)
+    if resolver is None:
+        resolver = _resolver_for(tp)
+        if len(_cache) < 256:  # bounded: types are few, but never grow without limit
+            _cache[tp] = resolver
+    return resolver(target)
