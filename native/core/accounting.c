@@ -14,7 +14,7 @@ struct cfd_global g = {
     .spin_ns = 50 * 1000,
     .linger_ns = 200 * 1000,
     .watchdog_ns = 10 * 1000 * 1000,
-    .max_threads = 8,
+    .max_threads = 32,
 };
 
 static const char *const stat_names[CUDAFD_STAT_COUNT] = {

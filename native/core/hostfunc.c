@@ -112,7 +112,10 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, CU
         pthread_mutex_unlock(&g.mu);
         return rc;
     }
+    bool watchdog_idle = !g.hf_pending; /* it sleeps untimed while nothing is pending */
     hf_link(w);
+    if (watchdog_idle)
+        pthread_cond_signal(&g.watchdog_cv);
     uint64_t tok = w->token;
     pthread_mutex_unlock(&g.mu);
 

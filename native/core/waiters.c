@@ -9,13 +9,16 @@
  * so back-to-back short waits keep finding it awake; then it sleeps on a
  * condition variable and costs nothing.
  *
- * A lane whose head is still pending after CUDAFD_OPT_SPIN_NS (event
- * mechanism only; the spin mechanism never gives up) moves to the slow list
- * and is offered to a pool of blocking waiters, capped at
+ * A lane whose head is still pending after the spin budget (event mechanism
+ * only; the spin mechanism never gives up) moves to the slow list. The budget
+ * adapts between 5 us and CUDAFD_OPT_SPIN_NS: it halves each time a wait
+ * outlasts it and grows by half each time the poller finds a wait done, so a
+ * stream of 2 ms waits stops costing 50 us of spinning each. The lane is
+ * then offered to a pool of blocking waiters, capped at
  * CUDAFD_OPT_MAX_THREADS. A blocking waiter sleeps in cuEventSynchronize on a
  * CU_EVENT_BLOCKING_SYNC event, so a long wait costs no CPU, and one long
  * kernel never delays another lane while the cap is not reached. Lanes beyond
- * the cap are queried by the poller with exponential backoff (0.5 to 20 ms),
+ * the cap are queried by the poller with exponential backoff (0.2 to 2 ms),
  * so even then a completion or a fault is noticed; nothing can hang.
  *
  * Ownership: a lane in the spin or slow list is owned by the poller, which
@@ -32,8 +35,9 @@
 #include "internal.h"
 
 #define SNAP_MAX 512
-#define SLOW_FIRST_NS (500 * 1000)
-#define SLOW_MAX_NS (20 * 1000 * 1000)
+#define SLOW_FIRST_NS (200 * 1000)
+#define SLOW_MAX_NS (2 * 1000 * 1000)
+#define SPIN_FLOOR_NS (5 * 1000)
 
 static void *poller_main(void *arg);
 static void *blocker_main(void *arg);
@@ -154,7 +158,10 @@ static void *poller_main(void *arg)
     CUcontext current = NULL;
     int64_t last_done = 0;
     pthread_mutex_lock(&g.mu);
+    int64_t spin_budget = g.spin_ns;
     for (;;) {
+        if (spin_budget > g.spin_ns)
+            spin_budget = g.spin_ns;
         int64_t now = cfd_now_ns();
         int k = 0;
         int64_t next_slow = INT64_MAX;
@@ -202,6 +209,8 @@ static void *poller_main(void *arg)
             cfd_lane *l = snap[i].lane;
             l->polling = false;
             if (snap[i].r != CUDA_ERROR_NOT_READY) {
+                if (l->state == LANE_SPIN) /* found while spinning: spinning pays here */
+                    spin_budget = spin_budget + spin_budget / 2 < g.spin_ns ? spin_budget + spin_budget / 2 : g.spin_ns;
                 cfd_lane_pop(l, snap[i].r);
                 cfd_count(ST_SPUN, 1);
                 progress = true;
@@ -210,8 +219,10 @@ static void *poller_main(void *arg)
                 else if (l->state == LANE_SLOW)
                     to_spin(l, now); /* its next waits are likely done too */
             } else if (l->state == LANE_SPIN) {
-                if (l->mech == CUDAFD_MECH_EVENT && now - l->since > g.spin_ns)
+                if (l->mech == CUDAFD_MECH_EVENT && now - l->since > spin_budget) {
                     to_slow(l, now);
+                    spin_budget = spin_budget / 2 > SPIN_FLOOR_NS ? spin_budget / 2 : SPIN_FLOOR_NS;
+                }
             } else {
                 l->backoff = l->backoff * 2 > SLOW_MAX_NS ? SLOW_MAX_NS : l->backoff * 2;
                 l->next_poll = now + l->backoff;

@@ -257,6 +257,30 @@ static void test_cancel(int mech, CUcontext ctx)
     sim_stream_destroy(s);
 }
 
+/* A fault on a notifier whose earlier waits all finished: the hostfunc
+ * watchdog was idle and must be woken by the new wait. */
+static void test_fault_after_idle(int mech)
+{
+    CUcontext ctx = NULL;
+    sim_ctx_create(0, &ctx);
+    cudafd_notifier *n = NULL;
+    cudafd_notifier_create(mech, &n);
+    CUstream s = new_stream(ctx);
+    uint64_t t;
+    cudafd_completion c[1];
+    sim_launch(s, 1000, 0);
+    cudafd_watch_stream(n, (uintptr_t)s, &t);
+    CHECK(collect(n, c, 1, 5.0) == 1 && c[0].status == 0, "mech %d: first wait", mech);
+    usleep(100000);
+    sim_launch(s, 1000000, CUDA_ERROR_ILLEGAL_ADDRESS);
+    cudafd_watch_stream(n, (uintptr_t)s, &t);
+    CHECK(collect(n, c, 1, 2.0) == 1 && c[0].status == CUDA_ERROR_ILLEGAL_ADDRESS,
+          "mech %d: fault after an idle spell", mech);
+    cudafd_notifier_destroy(n);
+    sim_stream_destroy(s);
+    sim_ctx_destroy(ctx);
+}
+
 static void test_fault(int mech)
 {
     CUcontext bad = NULL, good = NULL;
@@ -413,6 +437,7 @@ int main(void)
         test_close(mechs[m], a);
         test_events(mechs[m], a);
         test_fault(mechs[m]);
+        test_fault_after_idle(mechs[m]);
     }
     /* few blocking threads: lanes beyond the cap are polled, nothing stalls */
     cudafd_set_option(CUDAFD_OPT_MAX_THREADS, 1);

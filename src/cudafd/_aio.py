@@ -13,6 +13,17 @@ nothing finishes, back to 50 µs on progress. (Known limit: asyncio's
 selector rounds sub-millisecond timeouts up to 1 ms, so under plain asyncio
 "poll" wakes at best once per millisecond; uvloop does not round up.)
 
+Short waits: waking a loop thread that sleeps in epoll costs 10-50 µs on
+the virtual machines most GPUs live in (DESIGN.md, "Floor"): as much as the
+whole wait. So after a watch the dispatcher first keeps the loop turning for
+a bounded spin window, checking the Notifier once per iteration (a
+``call_soon`` chain: other tasks and callbacks run in between, the loop is
+never blocked), and only then leaves it to the fd. The window adapts: it
+grows while waits finish inside it and halves each time one does not, down
+to off, with a short probe every SPIN_PROBE_EVERY waits. Long waits (a 2 ms
+kernel) therefore turn it off and cost ~0 CPU; back-to-back short waits get
+sleep(0)-polling latency without its endless CPU.
+
 Cancellation (task.cancel(), asyncio.timeout) lands in the ``finally`` of
 Dispatcher.wait, which cancels the token if it was not reported: the wait is
 detached, the GPU work is not cancelled, nothing leaks.
@@ -37,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -57,11 +69,19 @@ __all__ = [
 
 POLL_MIN = 50e-6
 POLL_MAX = 2e-3
+SPIN_MAX = 200e-6  # the longest loop-side spin window
+SPIN_START = 100e-6
+SPIN_MIN = 10e-6  # below this the window is off
+SPIN_PROBE = 30e-6
+SPIN_PROBE_EVERY = 64  # waits between probes while the window is off
 
 _NO_READER = (
     "this event loop cannot watch file descriptors (no add_reader: the Windows "
     "ProactorEventLoop?): use a selector event loop or uvloop"
 )
+
+
+_now = time.perf_counter
 
 
 class Dispatcher:
@@ -82,6 +102,11 @@ class Dispatcher:
         "_timer",
         "_delay",
         "_disarm_queued",
+        "_window",
+        "_spinning",
+        "_spin_until",
+        "_spin_found",
+        "_since_probe",
         "__weakref__",
     )
 
@@ -100,6 +125,11 @@ class Dispatcher:
         self._delay = POLL_MIN
         self._disarm_queued = False
         self._thread = 0
+        self._window = SPIN_START
+        self._spinning = False
+        self._spin_until = 0.0
+        self._spin_found = False
+        self._since_probe = 0
         notifier._add_close_hook(self._notifier_closed)
 
     async def wait(self, loop: asyncio.AbstractEventLoop, target: object) -> None:
@@ -115,6 +145,8 @@ class Dispatcher:
                 del futures[token]
                 self._cancel(token)
                 raise
+        if not self._spinning:
+            self._start_spin(loop)
         try:
             await fut
         finally:
@@ -123,6 +155,44 @@ class Dispatcher:
                 self._cancel(token)
                 if not futures:
                     self._disarm_later()
+
+    # ---- loop-side spin for short waits ----
+
+    def _start_spin(self, loop: asyncio.AbstractEventLoop) -> None:
+        window = self._window
+        if window < SPIN_MIN:
+            self._since_probe += 1
+            if self._since_probe < SPIN_PROBE_EVERY:
+                return
+            self._since_probe = 0
+            window = SPIN_PROBE
+        self._spinning = True
+        self._spin_found = False
+        self._spin_until = _now() + window
+        loop.call_soon(self._spin)
+
+    def _spin(self) -> None:
+        try:
+            if self._polling:
+                self._poll()
+            results = self._drain()
+        except Exception as exc:
+            self._spinning = False
+            self._fail_all(exc)
+            return
+        if results:
+            self._spin_found = True
+            self._resolve(results)
+        if self._futures and _now() < self._spin_until and self._loop is not None:
+            self._loop.call_soon(self._spin)
+            return
+        self._spinning = False
+        if self._futures:  # the window ran out with waits left: shorter next time
+            self._window = self._window / 2 if self._window >= SPIN_MIN else 0.0
+        else:
+            if self._spin_found:
+                self._window = min(max(self._window, SPIN_PROBE) * 1.5, SPIN_MAX)
+            self._disarm_later()
 
     # ---- registration ----
 
