@@ -22,7 +22,7 @@ class BuildNative(build_py):
     def run(self):
         super().run()
         out = os.path.join(os.path.abspath(self.build_lib), "cudafd", "_lib")
-        subprocess.check_call(["make", "-C", os.path.join(HERE, "native"), f"OUT={out}"])
+        subprocess.check_call(["make", "-C", os.path.join(HERE, "native"), f"DEST={out}"])
 
 
 class NativeWheel(bdist_wheel):

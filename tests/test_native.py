@@ -25,7 +25,7 @@ def test_stress_and_sim_selftest(sanitizer, tmp_path):
     env["TSAN_OPTIONS"] = "halt_on_error=1 second_deadlock_stack=1"
     env["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=0"
     out = str(tmp_path / (sanitizer or "plain"))
-    cmd = ["make", "-s", "-C", NATIVE, f"SAN={sanitizer}", f"SANOUT={out}", f"OUT={out}", "check"]
+    cmd = ["make", "-s", "-C", NATIVE, f"SAN={sanitizer}", f"SANOUT={out}", f"DEST={out}", "check"]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     log = r.stdout + r.stderr
     assert r.returncode == 0, log[-6000:]

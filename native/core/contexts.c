@@ -89,7 +89,7 @@ static void retire(cfd_ctx *cx)
 
 void cfd_quiesce_locked(void)
 {
-    if (g.nopen > 0 || g.watchdog_querying) /* the watchdog may be querying pooled events */
+    if (g.nopen > 0 || g.probing) /* the watchdog may be querying pooled events */
         return;
     for (int i = 0; i < g.ngrave; i++)
         cfd_event_destroy(g.graveyard[i]);

@@ -147,7 +147,7 @@ static void wait_ns(int64_t ns)
 static void bury_parked_events(void)
 {
     /* events parked by the trampoline while nothing was open */
-    if (g.nopen == 0 && !g.watchdog_querying)
+    if (g.nopen == 0 && !g.probing)
         cfd_quiesce_locked();
 }
 
@@ -177,7 +177,7 @@ static void *watchdog_main(void *arg)
                 batch[k++].token = w->token, batch[k - 1].ev = w->ev, batch[k - 1].ctx = w->cx->ctx;
         if (k == 0)
             continue;
-        g.watchdog_querying = true;
+        g.probing++;
         pthread_mutex_unlock(&g.mu);
         for (int i = 0; i < k; i++) {
             if (batch[i].ctx != current && cu.cuCtxSetCurrent(batch[i].ctx) == CUDA_SUCCESS)
@@ -185,7 +185,7 @@ static void *watchdog_main(void *arg)
             batch[i].r = cu.cuEventQuery(batch[i].ev);
         }
         pthread_mutex_lock(&g.mu);
-        g.watchdog_querying = false;
+        g.probing--;
         for (int i = 0; i < k; i++) {
             if (batch[i].r == CUDA_SUCCESS || batch[i].r == CUDA_ERROR_NOT_READY)
                 continue;

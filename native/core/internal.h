@@ -147,6 +147,7 @@ struct cfd_global {
     pthread_cond_t poller_cv;
     bool poller_running, poller_sleeping;
     cfd_lane *spin_list, *slow_list; /* doubly linked via lprev/lnext */
+    cfd_lane *blocked_list;          /* lanes a blocking waiter holds, same links */
     atomic_int nspin;                /* lanes in spin_list, read without g.mu */
     /* blockers */
     pthread_cond_t blocker_cv;
@@ -154,7 +155,8 @@ struct cfd_global {
     int nblockers, idle_blockers;
     /* hostfunc */
     pthread_cond_t watchdog_cv;
-    bool watchdog_running, watchdog_querying;
+    bool watchdog_running;
+    int probing; /* threads querying events they do not own: no event or record may be retired */
     cfd_wait *hf_pending; /* singly linked via next */
     CUevent *graveyard;   /* events to destroy outside the callback thread */
     int ngrave, capgrave;

@@ -26,6 +26,15 @@
  * the poller is not holding a snapshot of it (l->polling). A lane's waits are
  * therefore completed by exactly one thread, in order.
  *
+ * Fact relied on (measured on an H200, bench/fault_probe.py): after a fault,
+ * cuEventQuery on any event of the context reports the error within ~150 ms,
+ * but a cuEventSynchronize already blocked on a blocking-sync event returns
+ * only when that event's own stream drains, seconds later if a long kernel
+ * runs there. So while blocking waiters hold lanes, the poller queries their
+ * head events every HEALTH_NS; a sticky error found there is reported at once
+ * to every wait of the context (cfd_note_fault), and the blocked threads are
+ * left to return in their own time.
+ *
  * Threads exit once no notifier is open and they have nothing left to wait
  * for; detached waits still in flight keep them until the GPU passes them.
  */
@@ -38,6 +47,7 @@
 #define SLOW_FIRST_NS (200 * 1000)
 #define SLOW_MAX_NS (2 * 1000 * 1000)
 #define SPIN_FLOOR_NS (5 * 1000)
+#define HEALTH_NS (20 * 1000 * 1000)
 
 static void *poller_main(void *arg);
 static void *blocker_main(void *arg);
@@ -152,6 +162,32 @@ struct snap {
     CUresult r;
 };
 
+/* Query the head event of every lane a blocking waiter holds, for faults. */
+static void check_health(void)
+{
+    static struct snap probe[SNAP_MAX];
+    static cfd_ctx *owner[SNAP_MAX];
+    int k = 0;
+    for (cfd_lane *l = g.blocked_list; l && k < SNAP_MAX; l = l->lnext)
+        if (l->head && !l->head->cx->fault) {
+            owner[k] = l->head->cx;
+            probe[k++] = (struct snap){l, l->head->ev, l->head->cx->ctx, 0};
+        }
+    if (k == 0)
+        return;
+    g.probing++; /* keeps these events and context records alive while unlocked */
+    pthread_mutex_unlock(&g.mu);
+    for (int i = 0; i < k; i++) {
+        cu.cuCtxSetCurrent(probe[i].ctx);
+        probe[i].r = cu.cuEventQuery(probe[i].ev);
+    }
+    pthread_mutex_lock(&g.mu);
+    g.probing--;
+    for (int i = 0; i < k; i++)
+        if (probe[i].r != CUDA_SUCCESS && probe[i].r != CUDA_ERROR_NOT_READY)
+            cfd_note_fault(owner[i], probe[i].r);
+}
+
 static void *poller_main(void *arg)
 {
     static struct snap snap[SNAP_MAX]; /* one poller at a time */
@@ -159,6 +195,7 @@ static void *poller_main(void *arg)
     int64_t last_done = 0;
     pthread_mutex_lock(&g.mu);
     int64_t spin_budget = g.spin_ns;
+    int64_t next_health = 0;
     for (;;) {
         if (spin_budget > g.spin_ns)
             spin_budget = g.spin_ns;
@@ -173,6 +210,14 @@ static void *poller_main(void *arg)
             else if (l->next_poll < next_slow)
                 next_slow = l->next_poll;
         }
+        if (g.blocked_list && now >= next_health) {
+            check_health();
+            current = NULL; /* it made other contexts current */
+            next_health = cfd_now_ns() + HEALTH_NS;
+            continue;
+        }
+        if (g.blocked_list && next_health < next_slow)
+            next_slow = next_health;
         if (k == 0) {
             if (!g.slow_list && g.nopen == 0)
                 break;
@@ -286,6 +331,9 @@ static void *blocker_main(void *arg)
         }
         list_del(&g.slow_list, l);
         l->state = LANE_BLOCKED;
+        list_add(&g.blocked_list, l);
+        if (g.poller_sleeping) /* it checks blocked lanes for faults on a timer */
+            pthread_cond_signal(&g.poller_cv);
         bool block = true;
         while (l->head) {
             CUevent ev = l->head->ev;
@@ -303,6 +351,7 @@ static void *blocker_main(void *arg)
             cfd_count(ST_BLOCKED, 1);
             block = false; /* the following waits are often done already */
         }
+        list_del(&g.blocked_list, l);
         l->state = 0;
         if (!l->queued)
             cfd_lane_free(l);

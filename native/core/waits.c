@@ -186,7 +186,7 @@ void cfd_wait_complete(cfd_wait *w, int64_t status, bool from_hostfn)
     deliver(w, status);
     cfd_note_fault(w->cx, status);
     if (w->owns_ev && w->ev) {
-        if ((status == 0 && g.nopen > 0) || from_hostfn || g.watchdog_querying)
+        if ((status == 0 && g.nopen > 0) || from_hostfn || g.probing)
             cfd_ctx_give_event(w->cx, w->ev); /* pooled, or retired later by a quiesce */
         else
             cfd_event_destroy(w->ev);
