@@ -14,7 +14,12 @@ import cudafd
 from support import REAL, Device, run
 
 
-def scenario(flavor: str, mechanism: str, streams: int = 8, per_stream: int = 4) -> dict:
+def scenario(flavor: str, mechanism: str, streams: int = 4, per_stream: int = 4) -> dict:
+    """`streams` busy streams with one 3 s kernel each and `per_stream` waits
+    on it, plus one stream whose kernel faults after 10 ms. Few streams: a GPU
+    maps streams onto CUDA_DEVICE_MAX_CONNECTIONS (default 8) hardware queues,
+    and a faulting kernel that shares a queue with a 3 s kernel would only run
+    (and fault) after it."""
     dev = Device(0)
     try:
         busy = [dev.stream() for _ in range(streams)]
@@ -30,9 +35,10 @@ def scenario(flavor: str, mechanism: str, streams: int = 8, per_stream: int = 4)
 
         async def body(api):
             waits = []
+            for s in busy:
+                s.launch(3.0)  # only the fault can end these early
             for _ in range(per_stream):
                 for s in busy:
-                    s.launch(3.0)  # only the fault can end these early
                     waits.append(guarded(api, s))
             faulting.launch(0.01, fault=True)
             waits.append(guarded(api, faulting))
