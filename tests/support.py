@@ -108,23 +108,11 @@ class Api:
     async def gather(self, *aws: Awaitable[Any]) -> list[Any]:
         if self.flavor == "blocking":
             return [await a for a in aws]
-        if self.flavor == "trio":
-            import trio
-
-            results: list[Any] = [None] * len(aws)
-
-            async def one(i: int, a: Awaitable[Any]) -> None:
-                results[i] = await a
-
-            async with trio.open_nursery() as nursery:
-                for i, a in enumerate(aws):
-                    nursery.start_soon(one, i, a)
-            return results
         return list(await asyncio.gather(*aws))
 
 
 def run(flavor: str, mechanism: str, body: Callable[[Api], Awaitable[Any]]) -> Any:
-    """Run `body(api)` under one flavor: asyncio, uvloop, trio or blocking."""
+    """Run `body(api)` under one flavor: asyncio, uvloop or blocking."""
     api = Api(flavor, mechanism)
     if flavor == "blocking":
         coro = body(api)
@@ -142,10 +130,6 @@ def run(flavor: str, mechanism: str, body: Callable[[Api], Awaitable[Any]]) -> A
         finally:
             api.notifier.close()
 
-    if flavor == "trio":
-        import trio
-
-        return trio.run(main)
     if flavor == "uvloop":
         import uvloop
 

@@ -3,6 +3,7 @@
  * counts that let tests prove every thread, event, eventfd and wait is freed.
  */
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 
@@ -91,3 +92,15 @@ int cfd_start_thread(void *(*fn)(void *), const char *name)
 }
 
 void cfd_thread_exit_locked(void) { cfd_count(ST_THREADS, -1); }
+
+void cfd_cond_wait_ns(pthread_cond_t *cv, int64_t ns)
+{
+    /* CLOCK_REALTIME: the conditions are statically initialised. A clock
+     * step only lengthens or shortens one timed wait of a polling thread. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t t = (int64_t)ts.tv_nsec + ns;
+    ts.tv_sec += (time_t)(t / 1000000000);
+    ts.tv_nsec = (long)(t % 1000000000);
+    pthread_cond_timedwait(cv, &g.mu, &ts);
+}

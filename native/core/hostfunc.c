@@ -134,15 +134,6 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, CU
     return CUDAFD_OK;
 }
 
-static void wait_ns(int64_t ns)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t t = (int64_t)ts.tv_nsec + ns;
-    ts.tv_sec += (time_t)(t / 1000000000);
-    ts.tv_nsec = (long)(t % 1000000000);
-    pthread_cond_timedwait(&g.watchdog_cv, &g.mu, &ts);
-}
 
 static void bury_parked_events(void)
 {
@@ -169,7 +160,7 @@ static void *watchdog_main(void *arg)
             pthread_cond_wait(&g.watchdog_cv, &g.mu);
             continue;
         }
-        wait_ns(g.watchdog_ns);
+        cfd_cond_wait_ns(&g.watchdog_cv, g.watchdog_ns);
         int64_t old = cfd_now_ns() - g.watchdog_ns;
         int k = 0;
         for (cfd_wait *w = g.hf_pending; w && k < WATCHDOG_BATCH; w = w->next)

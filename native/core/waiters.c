@@ -72,15 +72,6 @@ static void list_del(cfd_lane **list, cfd_lane *l)
     l->lprev = l->lnext = NULL;
 }
 
-static void cond_wait_ns(pthread_cond_t *cv, int64_t ns)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t t = (int64_t)ts.tv_nsec + ns;
-    ts.tv_sec += (time_t)(t / 1000000000);
-    ts.tv_nsec = (long)(t % 1000000000);
-    pthread_cond_timedwait(cv, &g.mu, &ts);
-}
 
 int cfd_lane_activate(cfd_lane *l)
 {
@@ -235,7 +226,7 @@ static void *poller_main(void *arg)
             if (next_slow == INT64_MAX)
                 pthread_cond_wait(&g.poller_cv, &g.mu);
             else
-                cond_wait_ns(&g.poller_cv, next_slow - now);
+                cfd_cond_wait_ns(&g.poller_cv, next_slow - now);
             g.poller_sleeping = false;
             continue;
         }
@@ -323,7 +314,7 @@ static void *blocker_main(void *arg)
                 break;
             g.idle_blockers++;
             if (g.bq_head) /* only lanes the poller holds now: look again soon */
-                cond_wait_ns(&g.blocker_cv, 100 * 1000);
+                cfd_cond_wait_ns(&g.blocker_cv, 100 * 1000);
             else
                 pthread_cond_wait(&g.blocker_cv, &g.mu);
             g.idle_blockers--;

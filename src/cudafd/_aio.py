@@ -84,6 +84,20 @@ _NO_READER = (
 _now = time.perf_counter
 
 
+def _add_reader(loop: asyncio.AbstractEventLoop, notifier: Notifier, callback: Callable[[], object]) -> int:
+    """Register ``callback`` for the Notifier's fd, holding the fd open while registered."""
+    fd = notifier._hold_fd()
+    try:
+        loop.add_reader(fd, callback)
+    except NotImplementedError:
+        notifier._unhold_fd()
+        raise CudafdError(_NO_READER) from None
+    except BaseException:
+        notifier._unhold_fd()
+        raise
+    return fd
+
+
 class Dispatcher:
     """Resolves the futures of one Notifier's waits on one asyncio loop (loop thread only)."""
 
@@ -209,16 +223,7 @@ class Dispatcher:
             self._delay = POLL_MIN
             self._timer = loop.call_later(POLL_MIN, self._on_timer)
         else:
-            fd = self._notifier._hold_fd()
-            try:
-                loop.add_reader(fd, self._on_readable)
-            except NotImplementedError:
-                self._notifier._unhold_fd()
-                raise CudafdError(_NO_READER) from None
-            except BaseException:
-                self._notifier._unhold_fd()
-                raise
-            self._fd = fd
+            self._fd = _add_reader(loop, self._notifier, self._on_readable)
         self._loop = loop
         self._thread = threading.get_ident()
         self._armed = True
@@ -428,16 +433,7 @@ class _ReadinessWaiter:
             self._delay = POLL_MIN
             self._timer = loop.call_later(POLL_MIN, self._on_timer)
         else:
-            fd = self._notifier._hold_fd()
-            try:
-                loop.add_reader(fd, self._fire)
-            except NotImplementedError:
-                self._notifier._unhold_fd()
-                raise CudafdError(_NO_READER) from None
-            except BaseException:
-                self._notifier._unhold_fd()
-                raise
-            self._fd = fd
+            self._fd = _add_reader(loop, self._notifier, self._fire)
         self._loop = loop
 
     def _disarm(self) -> None:
