@@ -1013,6 +1013,9 @@ static void test_scale(void)
     }
     CHECK(created == STREAMS * (RECORDS + 1));
     double t0 = now_ms();
+    /* a 1 s head on stream 0 keeps its operations queued for the check below,
+     * however slowly this loop runs (sanitizers on a loaded machine) */
+    CHECK(cudafdsim_launch(s[0], 1000000000ull, 0) == CUDA_SUCCESS);
     for (int j = 0; j < RECORDS; j++) {
         for (int i = 0; i < STREAMS; i++) {
             queued += cudafdsim_launch(s[i], 100000, 0) == CUDA_SUCCESS; /* 100 us */
