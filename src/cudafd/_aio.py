@@ -98,6 +98,15 @@ def _add_reader(loop: asyncio.AbstractEventLoop, notifier: Notifier, callback: C
     return fd
 
 
+def _remove_reader(loop: asyncio.AbstractEventLoop | None, notifier: Notifier, fd: int) -> None:
+    """Undo _add_reader (the loop may be closed already)."""
+    try:
+        if loop is not None and not loop.is_closed():
+            loop.remove_reader(fd)
+    finally:
+        notifier._unhold_fd()
+
+
 class Dispatcher:
     """Resolves the futures of one Notifier's waits on one asyncio loop (loop thread only)."""
 
@@ -266,11 +275,7 @@ class Dispatcher:
             self._timer = None
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
-            try:
-                if loop is not None and not loop.is_closed():
-                    loop.remove_reader(fd)
-            finally:
-                self._notifier._unhold_fd()
+            _remove_reader(loop, self._notifier, fd)
 
     # ---- completion ----
 
@@ -443,11 +448,7 @@ class _ReadinessWaiter:
             self._timer = None
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
-            try:
-                if loop is not None and not loop.is_closed():
-                    loop.remove_reader(fd)
-            finally:
-                self._notifier._unhold_fd()
+            _remove_reader(loop, self._notifier, fd)
 
     def _fire(self) -> bool:
         try:
