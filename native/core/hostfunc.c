@@ -75,7 +75,7 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, CU
     CUresult r;
     if (user_stream) {
         /* the point on the caller's stream, then the side stream waits for it */
-        rc = cfd_record(cx, user_stream, &ev);
+        rc = cfd_record(cx, user_stream, NULL, &ev);
         if (rc == CUDAFD_OK && (r = cu.cuStreamWaitEvent(side, ev, 0)) != CUDA_SUCCESS)
             rc = cfd_fail_cuda(r, "cuStreamWaitEvent (side stream)");
     } else {
@@ -83,7 +83,7 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, CU
         if ((r = cu.cuStreamWaitEvent(side, user_event, 0)) != CUDA_SUCCESS)
             rc = cfd_fail_cuda(r, "cuStreamWaitEvent on the event");
         if (rc == CUDAFD_OK)
-            rc = cfd_record(cx, side, &ev);
+            rc = cfd_record(cx, side, NULL, &ev);
     }
     if (rc != CUDAFD_OK) {
         if (ev) {

@@ -116,7 +116,7 @@ void cfd_lane_pop(cfd_lane *l, int64_t status); /* complete the head; g.mu held 
 void cfd_note_fault(cfd_ctx *cx, int64_t status);
 void cfd_lane_free(cfd_lane *l);                /* an empty lane nobody holds; g.mu held */
 /* Record a pooled event at the stream's end; the stream's context current. */
-int cfd_record(cfd_ctx *cx, CUstream stream, CUevent *out);
+int cfd_record(cfd_ctx *cx, CUstream stream, CUevent taken, CUevent *out);
 cfd_wait *cfd_wait_new(struct cudafd_notifier *n, cfd_ctx *cx, CUevent ev); /* g.mu held; attached */
 void cfd_wait_discard(cfd_wait *w); /* undo cfd_wait_new before it was published; g.mu held */
 
@@ -149,6 +149,7 @@ struct cfd_global {
     cfd_lane *spin_list, *slow_list; /* doubly linked via lprev/lnext */
     cfd_lane *blocked_list;          /* lanes a blocking waiter holds, same links */
     atomic_int nspin;                /* lanes in spin_list, read without g.mu */
+    atomic_uint activity;            /* bumped when a lane becomes active */
     /* blockers */
     pthread_cond_t blocker_cv;
     cfd_lane *bq_head, *bq_tail;

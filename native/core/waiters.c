@@ -48,6 +48,7 @@
 #define SLOW_MAX_NS (2 * 1000 * 1000)
 #define SPIN_FLOOR_NS (5 * 1000)
 #define HEALTH_NS (20 * 1000 * 1000)
+#define INNER_NS (20 * 1000) /* longest unlocked query round */
 
 static void *poller_main(void *arg);
 static void *blocker_main(void *arg);
@@ -75,6 +76,7 @@ static void list_del(cfd_lane **list, cfd_lane *l)
 
 int cfd_lane_activate(cfd_lane *l)
 {
+    atomic_fetch_add_explicit(&g.activity, 1, memory_order_release);
     l->state = LANE_SPIN;
     list_add(&g.spin_list, l);
     atomic_fetch_add(&g.nspin, 1);
@@ -232,11 +234,26 @@ static void *poller_main(void *arg)
         }
         for (int i = 0; i < k; i++)
             snap[i].lane->polling = true;
+        /* Query the snapshot without the lock, again and again while nothing
+         * is done, nothing new was watched and the inner bound has not
+         * passed: watch() callers then rarely meet a held lock. */
+        int64_t inner = spin_budget < INNER_NS ? spin_budget : INNER_NS;
+        int64_t inner_until = now + inner;
+        unsigned seen = atomic_load_explicit(&g.activity, memory_order_acquire);
         pthread_mutex_unlock(&g.mu);
-        for (int i = 0; i < k; i++) {
-            if (snap[i].ctx != current && cu.cuCtxSetCurrent(snap[i].ctx) == CUDA_SUCCESS)
-                current = snap[i].ctx;
-            snap[i].r = cu.cuEventQuery(snap[i].ev);
+        for (;;) {
+            bool any = false;
+            for (int i = 0; i < k; i++) {
+                if (snap[i].ctx != current && cu.cuCtxSetCurrent(snap[i].ctx) == CUDA_SUCCESS)
+                    current = snap[i].ctx;
+                snap[i].r = cu.cuEventQuery(snap[i].ev);
+                any |= snap[i].r != CUDA_ERROR_NOT_READY;
+            }
+            if (any || atomic_load_explicit(&g.activity, memory_order_acquire) != seen ||
+                cfd_now_ns() >= inner_until)
+                break;
+            for (int i = 0; i < 32; i++)
+                cfd_cpu_relax();
         }
         pthread_mutex_lock(&g.mu);
         now = cfd_now_ns();
@@ -267,12 +284,6 @@ static void *poller_main(void *arg)
         }
         if (progress)
             last_done = now;
-        if (!progress && g.spin_list) {
-            pthread_mutex_unlock(&g.mu);
-            for (int i = 0; i < 64; i++)
-                cfd_cpu_relax();
-            pthread_mutex_lock(&g.mu);
-        }
     }
     g.poller_running = false;
     cfd_thread_exit_locked();

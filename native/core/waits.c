@@ -291,12 +291,16 @@ static void leave_ctx(bool pushed)
         cu.cuCtxPopCurrent(&ignored);
 }
 
-/* Record a pooled event at the stream's current end. Context current. */
-int cfd_record(cfd_ctx *cx, CUstream stream, CUevent *out)
+/* Record a pooled event at the stream's current end. Context current.
+ * `taken`: an event the caller already took from the pool, or NULL. */
+int cfd_record(cfd_ctx *cx, CUstream stream, CUevent taken, CUevent *out)
 {
-    pthread_mutex_lock(&g.mu);
-    CUevent ev = cfd_ctx_take_event(cx);
-    pthread_mutex_unlock(&g.mu);
+    CUevent ev = taken;
+    if (!ev) {
+        pthread_mutex_lock(&g.mu);
+        ev = cfd_ctx_take_event(cx);
+        pthread_mutex_unlock(&g.mu);
+    }
     bool pooled = ev != NULL;
     for (int attempt = 0; attempt < 2; attempt++) {
         if (!ev) {
@@ -376,18 +380,25 @@ static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t t
     }
     if (rc != CUDAFD_OK && l && !l->head && !l->state && !l->queued)
         cfd_lane_free(l);
-    if (rc == CUDAFD_OK)
+    if (rc == CUDAFD_OK) {
         *token = w->token;
+        cfd_ctx_release(cx); /* the wait holds the record now: drop the caller's hold */
+    }
     pthread_mutex_unlock(&g.mu);
     return rc;
 }
 
-static cfd_ctx *ctx_record(CUcontext ctx)
+/* The context's record, held while a watch is set up (and, if `pooled` is
+ * given, an idle event from its pool, in the same critical section). */
+static cfd_ctx *ctx_record(CUcontext ctx, CUevent *pooled)
 {
     pthread_mutex_lock(&g.mu);
     cfd_ctx *cx = cfd_ctx_get(ctx);
-    if (cx)
-        cx->nwaits++; /* held while the watch is being set up */
+    if (cx) {
+        cx->nwaits++;
+        if (pooled)
+            *pooled = cfd_ctx_take_event(cx);
+    }
     pthread_mutex_unlock(&g.mu);
     if (!cx)
         cfd_fail(CUDAFD_E_NOMEM, "out of memory for a context record");
@@ -420,19 +431,26 @@ CFD_API int cudafd_watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *
     rc = enter_ctx(ctx, &pushed);
     if (rc != CUDAFD_OK)
         return rc;
-    cfd_ctx *cx = ctx_record(ctx);
+    bool hostfunc = n->mech == CUDAFD_MECH_HOSTFUNC;
+    CUevent taken = NULL;
+    cfd_ctx *cx = ctx_record(ctx, hostfunc ? NULL : &taken);
     if (!cx) {
         leave_ctx(pushed);
         return CUDAFD_E_NOMEM;
     }
     uint64_t thread = (CUstream)stream == CU_STREAM_PER_THREAD ? this_thread() : 0;
-    if (n->mech == CUDAFD_MECH_HOSTFUNC) {
+    if (hostfunc) {
         rc = cfd_hostfunc_watch(n, cx, (CUstream)stream, NULL, token);
     } else {
         CUevent ev = NULL;
-        rc = cfd_record(cx, (CUstream)stream, &ev);
-        if (rc == CUDAFD_OK)
+        rc = cfd_record(cx, (CUstream)stream, taken, &ev);
+        if (rc == CUDAFD_OK) {
             rc = enqueue(n, cx, stream == 1 ? 0 : stream, thread, ev, token);
+            if (rc == CUDAFD_OK) { /* the common path: two critical sections in all */
+                leave_ctx(pushed);
+                return rc;
+            }
+        }
     }
     leave_ctx(pushed);
     if (rc == CUDAFD_E_CUDA) {
@@ -468,7 +486,7 @@ CFD_API int cudafd_watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *to
         r = CUDA_SUCCESS; /* a sticky fault: let the wait report it */
     if (r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_CONTEXT_IS_DESTROYED)
         return cfd_fail_cuda(r, "cuEventQuery (is this a live event?)");
-    cfd_ctx *cx = ctx_record(ctx);
+    cfd_ctx *cx = ctx_record(ctx, NULL);
     if (!cx)
         return CUDAFD_E_NOMEM;
     if (n->mech == CUDAFD_MECH_HOSTFUNC) {
@@ -484,9 +502,9 @@ CFD_API int cudafd_watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *to
         if (rc == CUDAFD_OK && (r = cu.cuStreamWaitEvent(side, (CUevent)event, 0)) != CUDA_SUCCESS)
             rc = cfd_fail_cuda(r, "cuStreamWaitEvent on the event");
         if (rc == CUDAFD_OK)
-            rc = cfd_record(cx, side, &ev);
-        if (rc == CUDAFD_OK)
-            rc = enqueue(n, cx, (uintptr_t)side, 0, ev, token);
+            rc = cfd_record(cx, side, NULL, &ev);
+        if (rc == CUDAFD_OK && (rc = enqueue(n, cx, (uintptr_t)side, 0, ev, token)) == CUDAFD_OK)
+            return rc; /* enqueue dropped the hold */
     }
     ctx_unhold(cx);
     return rc;
