@@ -14,6 +14,7 @@ at hand (Volta and newer, CUDA 11+ drivers).
 from __future__ import annotations
 
 import ctypes
+from pathlib import Path
 import threading
 from ctypes import byref, c_uint32, c_uint64, c_void_p
 
@@ -21,36 +22,7 @@ from . import _driver
 
 __all__ = ["PTX", "launch_spin", "forget"]
 
-PTX = r"""
-.version 7.0
-.target sm_70
-.address_size 64
-
-.visible .entry cudafd_spin(
-    .param .u64 ns,
-    .param .u32 fault
-)
-{
-    .reg .pred  %p<3>;
-    .reg .b32   %r<2>;
-    .reg .b64   %rd<6>;
-
-    ld.param.u64        %rd1, [ns];
-    ld.param.u32        %r1, [fault];
-    mov.u64             %rd2, %globaltimer;
-SPIN:
-    mov.u64             %rd3, %globaltimer;
-    sub.u64             %rd4, %rd3, %rd2;
-    setp.lt.u64         %p1, %rd4, %rd1;
-    @%p1 bra            SPIN;
-    setp.eq.u32         %p2, %r1, 0;
-    @%p2 bra            DONE;
-    mov.u64             %rd5, 0;
-    st.volatile.global.u32 [%rd5], %r1;
-DONE:
-    ret;
-}
-"""
+PTX = (Path(__file__).parent / "cudafd_spin.ptx").read_text()  # the one copy of the kernel
 
 KERNEL_NAME = b"cudafd_spin"
 

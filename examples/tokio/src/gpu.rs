@@ -31,42 +31,10 @@ const CUDA_API_VERSION: c_int = 12000;
 /// for `ns`, then, if `fault` != 0, stores to address 0, which the GPU
 /// reports as CUDA_ERROR_ILLEGAL_ADDRESS. sm_70 / PTX ISA 7.0, JIT-compiled by
 /// the driver for any Volta-or-newer GPU (Jetson Orin's Ampere included). The
-/// project's own kernel (src/cudafd/_kernels.py); NUL-terminated for
+/// project's one copy of the kernel (src/cudafd/cudafd_spin.ptx); NUL-terminated for
 /// cuModuleLoadData. The simulator accepts any image and runs a cudafd_spin
 /// with the same semantics.
-const SPIN_PTX: &str = concat!(
-    r#"
-.version 7.0
-.target sm_70
-.address_size 64
-
-.visible .entry cudafd_spin(
-    .param .u64 ns,
-    .param .u32 fault
-)
-{
-    .reg .pred  %p<3>;
-    .reg .b32   %r<2>;
-    .reg .b64   %rd<6>;
-
-    ld.param.u64        %rd1, [ns];
-    ld.param.u32        %r1, [fault];
-    mov.u64             %rd2, %globaltimer;
-SPIN:
-    mov.u64             %rd3, %globaltimer;
-    sub.u64             %rd4, %rd3, %rd2;
-    setp.lt.u64         %p1, %rd4, %rd1;
-    @%p1 bra            SPIN;
-    setp.eq.u32         %p2, %r1, 0;
-    @%p2 bra            DONE;
-    mov.u64             %rd5, 0;
-    st.volatile.global.u32 [%rd5], %r1;
-DONE:
-    ret;
-}
-"#,
-    "\0"
-);
+const SPIN_PTX: &str = concat!(include_str!("../../../src/cudafd/cudafd_spin.ptx"), "\0");
 
 type GetProcAddress =
     unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CUresult;
