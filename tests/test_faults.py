@@ -57,3 +57,23 @@ def test_fault_leaves_other_contexts_working(loop_flavor):
     finally:
         bad.close()
         good.close()
+
+
+@pytest.mark.skipif(REAL, reason="a simulator setting")
+@pytest.mark.parametrize("flavor", ["blocking", "asyncio"])
+@pytest.mark.parametrize("mechanism", ["event", "hostfunc"])
+def test_fault_reaches_blocked_waiters_promptly(flavor, mechanism):
+    """As on an H200, a cuEventSynchronize blocked when the context faults
+    returns only much later (CUDAFD_SIM_LATE_FAULT_MS): the core's health
+    check of blocked lanes must still report the fault at once."""
+    env = dict(os.environ, CUDAFD_SIM_LATE_FAULT_MS="5000", CUDAFD_SIMULATOR="1")
+    code = (
+        "import json, cudafd; cudafd.use_simulator()\n"
+        "from fault_scenario import scenario\n"
+        f"print(json.dumps(scenario({flavor!r}, {mechanism!r})))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=HERE, env=env)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(result["names"]) == {"CUDA_ERROR_ILLEGAL_ADDRESS"}, result["names"]
+    assert result["elapsed"] < 1.5, f"faults took {result['elapsed']:.2f} s to surface"

@@ -26,6 +26,9 @@
  *  - Stream handles 0 and CU_STREAM_LEGACY mean the current context's default
  *    stream; CU_STREAM_PER_THREAD means the calling thread's own stream in
  *    the current context.
+ *  - $CUDAFD_SIM_LATE_FAULT_MS=N: a cuEventSynchronize already blocked when
+ *    its context faults returns the fault N ms after the fault instead of at
+ *    once, as on an H200 where it waits for its own stream to drain.
  *  - Devices: $CUDAFD_SIM_DEVICES of them (default 2), named
  *    "cudafd simulated GPU <n>". Each has a primary context.
  *  - cuModuleLoadData accepts any image; cuModuleGetFunction finds

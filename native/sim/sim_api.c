@@ -51,6 +51,9 @@ static void init_globals(void)
             n = v > SIM_MAX_DEVICES ? SIM_MAX_DEVICES : (int)v;
     }
     sim.ndev = n;
+    env = getenv("CUDAFD_SIM_LATE_FAULT_MS");
+    if (env && *env)
+        sim.late_fault_ns = (uint64_t)strtoull(env, NULL, 10) * 1000000ull;
     init_result = n ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
     if (n)
         atomic_store_explicit(&sim_initialized, 1, memory_order_release);

@@ -124,6 +124,7 @@ void sim_ctx_fault_locked(struct sim_ctx *c, CUresult fault)
     if (c->destroyed || c->fault)
         return;
     c->fault = fault;
+    c->fault_at = sim_now_ns();
     for (struct sim_stream *s = c->streams, *next; s; s = next) {
         next = s->ctx_next;
         sim_stream_fault_locked(s);

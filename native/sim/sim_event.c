@@ -17,6 +17,7 @@
  *    record still queued keeps the event's memory, not its handle, alive.
  */
 #include <stdlib.h>
+#include <time.h>
 
 #include "sim_internal.h"
 
@@ -157,6 +158,26 @@ SIM_API CUresult cuEventQuery(CUevent event)
     return rc;
 }
 
+/*
+ * $CUDAFD_SIM_LATE_FAULT_MS mimics what an H200 does (bench/fault_probe.py):
+ * a cuEventSynchronize already blocked when its context faults returns the
+ * fault only when its own stream drains, which can be seconds later. Here it
+ * returns that many milliseconds after the fault (or at the event's
+ * destruction). Queries still report the fault at once. Off by default.
+ */
+static void late_fault_wait(struct sim_event *e)
+{
+    uint64_t until = e->ctx->fault_at + sim.late_fault_ns;
+    for (uint64_t now = sim_now_ns(); now < until && !e->destroyed; now = sim_now_ns()) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t t = (uint64_t)ts.tv_nsec + (until - now);
+        ts.tv_sec += (time_t)(t / 1000000000ull);
+        ts.tv_nsec = (long)(t % 1000000000ull);
+        pthread_cond_timedwait(&e->cv, &sim.lock, &ts);
+    }
+}
+
 SIM_API CUresult cuEventSynchronize(CUevent event)
 {
     SIM_CHECK_INIT();
@@ -172,6 +193,8 @@ SIM_API CUresult cuEventSynchronize(CUevent event)
             pthread_cond_wait(&e->cv, &sim.lock);
         if (rc == CUDA_ERROR_NOT_READY)
             rc = CUDA_SUCCESS; /* re-recorded meanwhile; the awaited record is done */
+        else if (rc != CUDA_SUCCESS && sim.late_fault_ns && !e->destroyed && e->ctx->fault)
+            late_fault_wait(e);
         e->waiters--;
         sim_op_unref_locked(rec);
         sim_event_unref_locked(e);

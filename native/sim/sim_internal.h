@@ -126,6 +126,7 @@ struct sim_ctx {
     bool primary;
     bool destroyed;
     CUresult fault;           /* sticky, 0 while healthy */
+    uint64_t fault_at;        /* sim_now_ns() when it faulted */
     int64_t queued;           /* ops queued on all of its streams */
     int waiters;              /* threads in cuCtxSynchronize */
     pthread_cond_t cv;
@@ -143,6 +144,7 @@ struct sim_device {
 struct sim_global {
     pthread_mutex_t lock;
     int ndev;
+    uint64_t late_fault_ns; /* $CUDAFD_SIM_LATE_FAULT_MS: see cuEventSynchronize */
     struct sim_device dev[SIM_MAX_DEVICES];
     /* scheduler: the streams with queued work */
     pthread_cond_t sched_cv; /* CLOCK_MONOTONIC */
