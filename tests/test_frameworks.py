@@ -135,3 +135,58 @@ def test_cuda_bindings_handles():
         await cudafd.wait(int(s.cuda_stream))
 
     run_async(main)
+
+
+def test_torch_tensor_means_current_stream():
+    torch = pytest.importorskip("torch")
+    s = torch.cuda.Stream()
+    a = torch.randn(4096, 4096, device="cuda")
+
+    async def main():
+        with torch.cuda.stream(s):
+            y = a @ a @ a
+            await cudafd.wait(y)  # the current stream here is s
+            assert s.query()
+        return y
+
+    assert torch.isfinite(run_async(main)).all()
+
+
+def test_cupy_array_means_current_stream():
+    cp = pytest.importorskip("cupy")
+    s = cp.cuda.Stream(non_blocking=True)
+
+    async def main():
+        with s:
+            a = cp.random.rand(2048, 2048)
+            b = a @ a
+            await cudafd.wait(b)
+            assert s.done
+
+    run_async(main)
+
+
+def test_jax_ready():
+    """JAX has no stream to wait on: jax_ready polls is_ready() (subprocess:
+    JAX and torch in one process contend for GPU memory)."""
+    pytest.importorskip("jax")
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import asyncio, jax, jax.numpy as jnp, cudafd
+        async def main():
+            x = jnp.ones((4096, 4096))
+            y = x @ x @ x
+            assert await cudafd.jax_ready(y) is y
+            assert y.is_ready()
+            print("ready", float(y[0, 0]))
+        asyncio.run(main())
+        """
+    )
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0 and "ready 16777216.0" in r.stdout, r.stdout + r.stderr[-3000:]

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import ClosedError, CudaError, CudafdError, InvalidStateError, LibraryError
 from ._fence import Fence, fence
+from ._jax import jax_ready
 from ._lib import use_driver, use_simulator
 from ._notifier import MECHANISMS, Notifier
 from ._stats import stats
@@ -33,6 +34,7 @@ __all__ = [
     "wait",
     "fence",
     "Fence",
+    "jax_ready",
     "Notifier",
     "MECHANISMS",
     "CudaError",

@@ -15,7 +15,12 @@ recorded event, meaning "its latest record". Recognised:
 * cuda.core ``Event`` (``.handle``); cuda.bindings ``CUstream`` / ``CUevent``
   (``int(obj)``); ``cudafd.sim.Event``;
 * a plain ``int``: a stream handle (0 = the legacy default stream of the
-  current context).
+  current context);
+* a CUDA ``torch.Tensor`` or a ``cupy.ndarray``, as a convenience for "the
+  work that produced it". Exactly: all work enqueued so far on the *current*
+  stream of the array's device in the calling thread (frameworks do not
+  record which stream produced an array). Work enqueued on other streams is
+  not covered: wait on that stream, or on an event recorded after the work.
 
 Dispatch is on the module names along the object's type's MRO, cached per
 type, so no framework is ever imported here and subclasses work.
@@ -35,7 +40,8 @@ ACCEPTED = (
     "a CUDA stream (an object with __cuda_stream__, torch.cuda.Stream, cupy.cuda.Stream, a "
     "numba-cuda stream, a cuda.core Stream, cuda.bindings.driver.CUstream, cudafd.sim.Stream, "
     "or an int stream handle) or a recorded event (torch.cuda.Event, cupy.cuda.Event, a "
-    "numba-cuda event, a cuda.core Event, cuda.bindings.driver.CUevent, cudafd.sim.Event)"
+    "numba-cuda event, a cuda.core Event, cuda.bindings.driver.CUevent, cudafd.sim.Event), "
+    "or a CUDA torch.Tensor / cupy.ndarray (the current stream of its device)"
 )
 
 
@@ -136,6 +142,25 @@ def _handle_event(obj: object) -> Target:
     return Target("event", handle_int(obj.handle, "event handle"), obj)  # type: ignore[attr-defined]
 
 
+def _torch_tensor(obj: object) -> Target:
+    """A CUDA tensor: the current stream of its device, now (torch's streams are per thread)."""
+    if not getattr(obj, "is_cuda", False):
+        raise TypeError("a CPU tensor has no GPU work to wait for: pass a CUDA tensor or a stream")
+    import torch
+
+    stream = torch.cuda.current_stream(obj.device)  # type: ignore[attr-defined]
+    return Target("stream", handle_int(stream.cuda_stream, "torch cuda_stream"), (obj, stream))
+
+
+def _cupy_array(obj: object) -> Target:
+    """A CuPy array: the current stream of its device, now (CuPy's streams are per thread)."""
+    import cupy
+
+    with obj.device:  # type: ignore[attr-defined]
+        stream = cupy.cuda.get_current_stream()
+    return Target("stream", handle_int(stream.ptr, "cupy ptr"), (obj, stream))
+
+
 def _cudafd_event(obj: object) -> Target:
     return Target("event", handle_int(obj.handle, "event handle"), obj, obj.context)  # type: ignore[attr-defined]
 
@@ -169,6 +194,8 @@ def _by_module(tp: type) -> Resolver | None:
         root = module.partition(".")[0]
         name = cls.__name__
         if root == "torch":
+            if name in ("Tensor", "TensorBase"):
+                return _torch_tensor
             if hasattr(cls, "cuda_stream"):
                 return _torch_stream
             if hasattr(cls, "cuda_event"):
@@ -178,6 +205,8 @@ def _by_module(tp: type) -> Resolver | None:
                 return _ptr_stream
             if name == "Event":
                 return _ptr_event
+            if name == "ndarray":
+                return _cupy_array
         elif root in ("numba", "numba_cuda"):
             if name.endswith("Stream"):
                 return _handle_stream
