@@ -1,0 +1,27 @@
+"""The HTTP service example serves requests in both modes and reports them."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from support import REAL
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.skipif(REAL, reason="runs on the simulator; bench/device_run.sh runs it on a GPU")
+def test_http_service_bench_runs():
+    env = dict(os.environ, CUDAFD_SIMULATOR="1")
+    r = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "examples", "http_service", "service.py"),
+         "--bench", "--seconds", "0.5", "--clients", "4"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    lines = {line.split()[0]: line for line in r.stdout.splitlines() if "req/s" in line}
+    assert set(lines) == {"executor", "cudafd"}, r.stdout
+    for line in lines.values():
+        assert float(line.split()[1].replace(",", "")) > 0, line
