@@ -1,10 +1,20 @@
-"""``python -m cudafd bench``: not written yet."""
+"""``python -m cudafd bench``: cudafd against the usual ways of awaiting a CUDA stream.
+
+Latency, idle CPU, stream bubble, throughput, scale and a C-level run, with
+the targets of DESIGN.md checked side by side; see :mod:`cudafd._bench`.
+``python -m cudafd bench -h`` lists the options.
+"""
 
 from __future__ import annotations
 
-import sys
-
 
 def run(argv: list[str]) -> int:
-    print("cudafd bench: not yet (see the project's issue tracker: the benchmark is being written)", file=sys.stderr)
-    return 2
+    """Run the suite with these options; returns the exit status."""
+    from .._bench.suite import main
+
+    try:
+        return main(list(argv))
+    except SystemExit as exc:  # argparse: --help, bad options
+        return exc.code if isinstance(exc.code, int) else 2
+    except KeyboardInterrupt:
+        return 130

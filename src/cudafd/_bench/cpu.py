@@ -1,0 +1,81 @@
+"""CPU while awaiting: process CPU seconds (every thread) per wall second, kernels back to back.
+
+Params: ``loop``, ``kernel_s`` (2 ms), ``seconds`` (measured window per
+method), ``settle_s`` (the method runs unmeasured first, so threads another
+method left spinning have gone quiet and adaptive spin windows have settled),
+``methods``, ``soft_s``. One window per method, one stream. ``cores`` is
+the figure: 1.0 is a whole core busy while the program only waits.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .child import Progress, new_loop
+from .gpu import Gpu
+from .methods import LABELS, Kit, make
+from .proc import CpuMeter
+
+__all__ = ["run"]
+
+
+async def _one(fn, p: dict) -> dict:
+    kernel = float(p["kernel_s"])
+    end = time.perf_counter() + float(p["settle_s"])
+    while time.perf_counter() < end:
+        await fn(kernel)
+    meter = CpuMeter().start()
+    end = time.perf_counter() + float(p["seconds"])
+    n = 0
+    while time.perf_counter() < end:
+        await fn(kernel)
+        n += 1
+    meter.stop()
+    return {
+        "cores": round(meter.cores, 4),
+        "awaits": n,
+        "wall_s": round(meter.wall, 3),
+        "cpu_s": round(meter.cpu, 4),
+        "per_await_us": round(meter.wall / max(1, n) * 1e6, 1),
+        "overhead_us": round((meter.wall / max(1, n) - kernel) * 1e6, 1),
+    }
+
+
+async def _measure(fns: dict, p: dict, state: dict, progress: Progress) -> None:
+    deadline = time.monotonic() + float(p["soft_s"])
+    for key, fn in fns.items():
+        if time.monotonic() > deadline:
+            state["truncated"] = True
+            break
+        try:
+            state["methods"][key] = {"label": LABELS[key], **await _one(fn, p)}
+        except Exception as exc:
+            state["errors"][key] = f"{type(exc).__name__}: {exc}"
+        progress.tick(f"{LABELS[key]} done")
+
+
+def run(p: dict, progress: Progress) -> dict:
+    gpu = Gpu()
+    kit = Kit(gpu)
+    state: dict = {"methods": {}, "errors": {}, "truncated": False}
+
+    def result() -> dict:
+        return {"loop": p["loop"], "kernel_s": p["kernel_s"], "seconds": p["seconds"], **state}
+
+    progress.partial = result
+    loop = new_loop(p["loop"])
+    try:
+        stream = gpu.streams(1)[0]
+        fns = {}
+        for key in p["methods"]:
+            try:
+                fns[key] = make(key, kit, stream)
+            except Exception as exc:
+                state["errors"][key] = f"{type(exc).__name__}: {exc}"
+        loop.run_until_complete(_measure(fns, p, state, progress))
+    finally:
+        kit.close()
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
+        gpu.close()
+    return result()

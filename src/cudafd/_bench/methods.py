@@ -1,0 +1,140 @@
+"""The ways of awaiting a kernel that the benchmark compares, each as ``async fn(seconds)``.
+
+``make(key, kit, stream)`` returns a coroutine function that enqueues a
+``cudafd_spin`` kernel of ``seconds`` on ``stream`` and returns once the
+caller's event loop knows it has finished:
+
+* ``floor``: the loop blocked in a spinning ``cuEventSynchronize`` (the
+  least a Python caller can pay; it stalls every other task);
+* ``executor_blocking`` / ``executor_spinning``: ``run_in_executor`` of
+  ``cuEventSynchronize`` on a blocking-sync / spinning event;
+* ``sleep0``: ``while not cuEventQuery(): await asyncio.sleep(0)``;
+* ``sleep1ms``: the same with ``asyncio.sleep(0.001)``;
+* ``numba``: numba-cuda's ``Stream.async_done()`` on an external stream
+  (a host callback that takes the GIL on the driver's thread);
+* ``cudafd_<mechanism>``: ``await cudafd.Notifier(mechanism).wait(stream)``,
+  one Notifier per mechanism shared by every stream (what the default
+  ``cudafd.wait`` does with its per-loop Notifier).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from .. import _kernels
+from .._errors import CudaError
+from .._notifier import MECHANISMS, Notifier
+from .gpu import EV_BLOCKING, EV_SPIN, NOT_READY, Gpu
+
+__all__ = ["BASELINES", "CUDAFD", "LABELS", "Kit", "make"]
+
+Method = Callable[[float], Awaitable[None]]
+
+CUDAFD = tuple(f"cudafd_{m}" for m in MECHANISMS)
+BASELINES = ("floor", "executor_blocking", "executor_spinning", "sleep0", "sleep1ms", "numba")
+LABELS = {
+    "floor": "floor: loop blocked in spin sync",
+    "executor_blocking": "run_in_executor + blocking event",
+    "executor_spinning": "run_in_executor + spinning event",
+    "sleep0": "while not query(): await sleep(0)",
+    "sleep1ms": "sleep(1 ms) polling",
+    "numba": "numba-cuda Stream.async_done()",
+    **{f"cudafd_{m}": f"cudafd {m}" for m in MECHANISMS},
+}
+
+
+class Kit:
+    """What the methods share: the GPU and one Notifier per cudafd mechanism."""
+
+    def __init__(self, gpu: Gpu) -> None:
+        self.gpu = gpu
+        self._notifiers: dict[str, Notifier] = {}
+
+    def notifier(self, mechanism: str) -> Notifier:
+        n = self._notifiers.get(mechanism)
+        if n is None:
+            n = self._notifiers[mechanism] = Notifier(mechanism)
+            if n.mechanism != mechanism:  # the native core did not load: poll stood in
+                raise RuntimeError(f"cudafd mechanism {mechanism!r} unavailable (got {n.mechanism!r})")
+        return n
+
+    def close(self) -> None:
+        for n in self._notifiers.values():
+            n.close()
+            n.drain()
+        self._notifiers.clear()
+
+
+def _fail(rc: int, where: str) -> None:
+    raise CudaError(rc, where=where)
+
+
+def make(key: str, kit: Kit, stream: int) -> Method:
+    """The coroutine function of method ``key`` on ``stream`` (raises if it cannot be set up here)."""
+    gpu = kit.gpu
+    drv = gpu.drv
+    launch = _kernels.launch_spin
+    record, query, sync = drv.cuEventRecord, drv.cuEventQuery, drv.cuEventSynchronize  # type: ignore[attr-defined]
+
+    if key == "floor":
+        ev = gpu.event(EV_SPIN)
+
+        async def floor(seconds: float) -> None:
+            launch(stream, seconds)
+            if rc := record(ev, stream) or sync(ev):
+                _fail(rc, "floor")
+
+        return floor
+
+    if key in ("executor_blocking", "executor_spinning"):
+        ev = gpu.event(EV_BLOCKING if key == "executor_blocking" else EV_SPIN)
+
+        async def executor(seconds: float) -> None:
+            launch(stream, seconds)
+            if rc := record(ev, stream):
+                _fail(rc, "cuEventRecord")
+            if rc := await asyncio.get_running_loop().run_in_executor(None, sync, ev):
+                _fail(rc, "cuEventSynchronize")
+
+        return executor
+
+    if key in ("sleep0", "sleep1ms"):
+        ev = gpu.event(EV_SPIN)
+        delay = 0 if key == "sleep0" else 0.001
+        sleep = asyncio.sleep
+
+        async def polling(seconds: float) -> None:
+            launch(stream, seconds)
+            if rc := record(ev, stream):
+                _fail(rc, "cuEventRecord")
+            while (rc := query(ev)) == NOT_READY:
+                await sleep(delay)
+            if rc:
+                _fail(rc, "cuEventQuery")
+
+        return polling
+
+    if key == "numba":
+        from numba import cuda
+
+        nstream = cuda.external_stream(stream)
+        if not hasattr(nstream, "async_done"):
+            raise RuntimeError("this numba has no Stream.async_done()")
+
+        async def numba_done(seconds: float) -> None:
+            launch(stream, seconds)
+            await nstream.async_done()
+
+        return numba_done
+
+    if key.startswith("cudafd_"):
+        wait = kit.notifier(key[len("cudafd_") :]).wait
+
+        async def via_cudafd(seconds: float) -> None:
+            launch(stream, seconds)
+            await wait(stream)
+
+        return via_cudafd
+
+    raise ValueError(f"unknown method {key!r}")

@@ -1,0 +1,118 @@
+"""Command-line options of ``python -m cudafd bench`` and the plan of runs they give.
+
+The figures below budget a full run at ~2 minutes on a 16-core GPU host
+(the suite's limit is 4; every child also has a hard limit, and the whole
+suite a global one) and ``--quick`` at ~15 s on a 2-core machine with the
+simulator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from typing import Any
+
+from . import SECTIONS
+
+__all__ = ["FULL", "MECHANISMS_SCALE", "QUICK", "parse", "plan"]
+
+MECHANISMS_SCALE = ("event", "hostfunc", "spin")
+
+FULL: dict[str, Any] = {
+    "budget_s": 225,  # the whole suite
+    "latency": {"rounds": 4000, "block": 100, "warmup": 50, "soft_s": 35, "hard_s": 60},
+    "numba_probe": {"rounds": 200, "await_timeout_s": 2.0, "hard_s": 25},
+    "cpu": {"kernel_s": 2e-3, "seconds": 1.5, "settle_s": 0.3, "soft_s": 30, "hard_s": 45},
+    "bubble": {
+        "kernels": 2000,
+        "kernel_s": 5e-6,
+        "batch": 200,
+        "repeats": 5,
+        "gate_s": 0.02,
+        "gate_min_s": 0.002,
+        "soft_s": 25,
+        "hard_s": 40,
+    },
+    "throughput": {"streams": 64, "kernel_s": 100e-6, "seconds": 2.0, "settle_s": 0.5, "soft_s": 25, "hard_s": 45},
+    "scale": {"waits": 10000, "streams": 1000, "soft_s": 15, "hard_s": 40},
+    "c": {"rounds": 3000, "block": 100, "warmup": 50, "kernels": 2000, "batch": 200, "repeats": 5, "hard_s": 60},
+}
+
+QUICK: dict[str, Any] = {
+    "budget_s": 90,
+    "latency": {"rounds": 300, "block": 50, "warmup": 10, "soft_s": 4, "hard_s": 15},
+    "numba_probe": {"rounds": 20, "await_timeout_s": 2.0, "hard_s": 15},
+    "cpu": {"kernel_s": 2e-3, "seconds": 0.15, "settle_s": 0.05, "soft_s": 4, "hard_s": 15},
+    "bubble": {
+        "kernels": 400,
+        "kernel_s": 5e-6,
+        "batch": 200,
+        "repeats": 2,
+        "gate_s": 0.02,
+        "gate_min_s": 0.002,
+        "soft_s": 4,
+        "hard_s": 15,
+    },
+    "throughput": {"streams": 64, "kernel_s": 100e-6, "seconds": 0.25, "settle_s": 0.1, "soft_s": 5, "hard_s": 15},
+    "scale": {"waits": 2000, "streams": 200, "soft_s": 5, "hard_s": 15},
+    "c": {"rounds": 300, "block": 50, "warmup": 10, "kernels": 400, "batch": 200, "repeats": 2, "hard_s": 20},
+}
+
+
+def _csv(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in items if x not in allowed]
+    if bad or not items:
+        raise argparse.ArgumentTypeError(f"{what}: choose from {', '.join(allowed)} (got {text!r})")
+    return items
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m cudafd bench",
+        description="Await latency, idle CPU, stream bubble, throughput and scale of cudafd against the "
+        "usual ways of awaiting a CUDA stream; a table here, JSON and a PNG in --out.",
+    )
+    p.add_argument("--quick", action="store_true", help="a short run (~15 s): a smoke test, not a measurement")
+    p.add_argument(
+        "--out", default=None, help="folder for bench.json, bench.txt, bench.png (default ./cudafd-bench-<UTC time>)"
+    )
+    default_loops = "asyncio,uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+    p.add_argument(
+        "--loops",
+        default=default_loops,
+        type=lambda s: _csv(s, ("asyncio", "uvloop"), "--loops"),
+        help=f"event loops to measure under (default {default_loops})",
+    )
+    p.add_argument(
+        "--only",
+        default=",".join(SECTIONS),
+        type=lambda s: _csv(s, SECTIONS, "--only"),
+        help=f"sections to run (default all: {','.join(SECTIONS)})",
+    )
+    p.add_argument("--sim", action="store_true", help="run on the simulator even if a GPU is usable")
+    p.add_argument("--streams", type=int, default=None, help="throughput: streams (default 64)")
+    p.add_argument("--rounds", type=int, default=None, help="latency: rounds per method (default 4000; quick 300)")
+    return p
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """Parse the bench options (a leading "--" is dropped: ``python -m cudafd bench -- --quick``)."""
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    args = _parser().parse_args(argv)
+    if args.streams is not None and args.streams < 1 or args.rounds is not None and args.rounds < 1:
+        _parser().error("--streams and --rounds must be positive")
+    return args
+
+
+def plan(args: argparse.Namespace) -> dict[str, Any]:
+    """The parameters of every section for these options (a deep copy of FULL or QUICK, overridden)."""
+    import copy
+
+    out: dict[str, Any] = copy.deepcopy(QUICK if args.quick else FULL)
+    if args.streams:
+        out["throughput"]["streams"] = args.streams
+    if args.rounds:
+        out["latency"]["rounds"] = args.rounds
+    return out

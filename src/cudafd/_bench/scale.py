@@ -1,0 +1,166 @@
+"""Scale: many pending waits at once on one Notifier: they all complete, with bounded threads and memory.
+
+Params: ``mechanism``, ``loop``, ``waits`` (10,000), ``streams`` (1,000),
+``soft_s``. Every stream first waits (cuStreamWaitEvent) for a gate: an
+event recorded after a kernel on a stream of its own, long enough (4x the
+estimated enqueue time) for every watch to be made while nothing can
+complete. Then ``waits / streams`` watches per stream, all pending at once
+(``all_pending_when_measured`` checks that the gate still held).
+
+Figures: resident memory added by the watches (/proc/self/statm) per wait
+(cudafd's native records, its pooled events and the Notifier's bookkeeping;
+the caller's own futures are not included); peak native threads of cudafd
+(``cudafd.stats()["threads"]``, sampled every 2 ms and at every drain)
+against the cap on blocking waiters; peak threads of the whole process;
+completions per second once the gate opens: every wait over the time from
+the gate's completion (seen by a thread polling cuEventQuery every ~50 µs)
+to the last completion drained by the event loop through the fd.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import gc
+import threading
+import time
+
+from .. import _lib
+from .._notifier import Notifier
+from .._stats import stats
+from .bubble import _collect
+from .child import Progress, new_loop
+from .gpu import EV_SPIN, Gpu
+from .proc import os_threads, rss_bytes
+
+__all__ = ["run"]
+
+
+def _thread_cap() -> int | None:
+    lib = _lib.try_load()
+    if lib is None:
+        return None
+    value = ctypes.c_int64()
+    return int(value.value) if lib.cudafd_get_option(_lib.OPT_MAX_THREADS, ctypes.byref(value)) == 0 else None
+
+
+class _Peaks:
+    def __init__(self) -> None:
+        self.native = 0
+        self.process = 0
+
+    def sample(self) -> None:
+        self.native = max(self.native, stats().get("threads", 0))
+        self.process = max(self.process, os_threads())
+
+
+def _observe(gpu: Gpu, event: int, seen: list[float], stop: threading.Event) -> threading.Thread:
+    """A thread that notes (in ``seen``) when the event completes, polling every ~50 µs."""
+
+    def watch() -> None:
+        while not stop.is_set():
+            if gpu.query_event(event):
+                seen.append(time.perf_counter())
+                return
+            time.sleep(50e-6)
+
+    t = threading.Thread(target=watch, name="bench-gate-observer", daemon=True)
+    t.start()
+    return t
+
+
+async def _drain_all(
+    n: Notifier, tokens: list[int], peaks: _Peaks, timeout: float, out: dict, opened: list[float]
+) -> None:
+    loop = asyncio.get_running_loop()
+    left = set(tokens)
+    done = loop.create_future()
+    times: list[float] = []
+    faulted = [0]
+
+    def on_ready() -> None:
+        for token, exc in n.drain():
+            if token in left:
+                left.discard(token)
+                faulted[0] += exc is not None
+        times.append(time.perf_counter())
+        peaks.sample()
+        if not left and not done.done():
+            done.set_result(None)
+
+    def tick() -> None:
+        peaks.sample()
+        if not done.done():
+            loop.call_later(0.002, tick)
+
+    loop.add_reader(n.fileno(), on_ready)
+    tick()
+    try:
+        await asyncio.wait_for(done, timeout)
+    except asyncio.TimeoutError:
+        pass
+    finally:
+        loop.remove_reader(n.fileno())
+    out["completed"] = len(tokens) - len(left)
+    out["faulted"] = faulted[0]
+    out["wakeups"] = len(times)
+    if times and opened:
+        span = max(times[-1] - opened[0], 1e-6)
+        out["first_after_gate_us"] = round((times[0] - opened[0]) * 1e6, 1)
+        out["drain_s"] = round(span, 5)
+        out["drain_per_s"] = round(out["completed"] / span, 1)
+
+
+def run(p: dict, progress: Progress) -> dict:
+    waits, nstreams = int(p["waits"]), int(p["streams"])
+    per = max(1, waits // nstreams)
+    out: dict = {"mechanism": p["mechanism"], "loop": p["loop"], "waits": per * nstreams, "streams": nstreams}
+    progress.partial = lambda: dict(out)
+    gpu = Gpu()
+    loop = new_loop(p["loop"])
+    n = Notifier(p["mechanism"])
+    peaks = _Peaks()
+    try:
+        handles = gpu.streams(nstreams)
+        gate_stream = gpu.streams(1)[0]
+        gate_ev = gpu.event(EV_SPIN)
+        t0 = time.perf_counter()  # warm-up, and the cost of one watch for the gate's length
+        warm = [n.watch(handles[i % nstreams]) for i in range(200)]
+        per_watch = (time.perf_counter() - t0) / 200
+        _collect(n, warm, 10.0)
+        gc.collect()
+        time.sleep(0.05)
+        gate = min(10.0, max(0.3, 4 * (per_watch + 20e-6) * waits + 0.2))
+        out.update(thread_cap=_thread_cap(), native_threads_before=stats().get("threads", 0), gate_s=round(gate, 3))
+        gpu.launch(gate_stream, gate)
+        gpu.record(gate_ev, gate_stream)
+        for h in handles:
+            gpu.wait_event(h, gate_ev)
+        opened: list[float] = []
+        stop = threading.Event()
+        observer = _observe(gpu, gate_ev, opened, stop)
+        rss0 = rss_bytes()
+        progress.tick(f"watching {per * nstreams} points on {nstreams} streams")
+        t0 = time.perf_counter()
+        tokens = [n.watch(h) for h in handles for _ in range(per)]
+        out["watch_us"] = round((time.perf_counter() - t0) / len(tokens) * 1e6, 2)
+        rss1 = rss_bytes()
+        peaks.sample()
+        out["all_pending_when_measured"] = not gpu.query_event(gate_ev)
+        out["native_pending"] = stats().get("pending", 0)
+        out["bytes_per_wait"] = round((rss1 - rss0) / len(tokens), 1)
+        progress.tick("waiting for the gate, then draining")
+        try:
+            loop.run_until_complete(_drain_all(n, tokens, peaks, gate + float(p["soft_s"]), out, opened))
+        finally:
+            stop.set()
+            observer.join(1.0)
+        out["all_completed"] = out["completed"] == len(tokens) and out["faulted"] == 0
+    finally:
+        out["peak_native_threads"] = peaks.native
+        out["peak_process_threads"] = peaks.process
+        n.close()
+        n.drain()
+        loop.close()
+        gpu.close()
+    return out

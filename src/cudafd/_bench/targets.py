@@ -1,0 +1,152 @@
+"""The performance targets of DESIGN.md, checked against one run's figures (ratios within the run).
+
+Each check gives a row: figure, target, measured (with the baselines it is
+compared with), status "pass", "miss" or "n/a" (a figure missing: the
+section did not run or failed). The default mechanism ("event") is the one
+judged; the tables show the others.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BUBBLE_LIMIT_US",
+    "BYTES_PER_WAIT",
+    "CPU_LIMIT",
+    "LATENCY_LIMIT",
+    "THROUGHPUT_CORES",
+    "THROUGHPUT_RATIO",
+    "evaluate",
+]
+
+LATENCY_LIMIT = {"asyncio": 1.3, "uvloop": 1.15}  # p50 / floor p50
+CPU_LIMIT = 0.05  # cores while awaiting 2 ms kernels
+BUBBLE_LIMIT_US = 2.5  # per notification point
+THROUGHPUT_RATIO = 1.5  # awaits/s against the best baseline
+THROUGHPUT_CORES = 1.5
+BYTES_PER_WAIT = 1024
+JUDGED = "cudafd_event"
+
+
+def _row(figure: str, target: str, measured: str, ok: bool | None) -> dict:
+    return {
+        "figure": figure,
+        "target": target,
+        "measured": measured,
+        "status": "n/a" if ok is None else ("pass" if ok else "miss"),
+    }
+
+
+def _get(d: dict, *path: str):
+    for key in path:
+        if not isinstance(d, dict) or key not in d:
+            return None
+        d = d[key]
+    return d
+
+
+def _latency(sections: dict) -> list[dict]:
+    rows = []
+    for loop, res in (sections.get("latency") or {}).items():
+        limit = LATENCY_LIMIT.get(loop, 1.3)
+        floor, p50 = _get(res, "methods", "floor", "p50"), _get(res, "methods", JUDGED, "p50")
+        target = f"<= {limit}x floor"
+        if not floor or p50 is None:
+            rows.append(_row(f"await latency p50, {loop}", target, "not measured", None))
+            continue
+        ratio = p50 / floor
+        others = ", ".join(
+            f"{k.replace('cudafd_', '')} {v['x_floor']:.2f}x"
+            for k, v in res["methods"].items()
+            if k.startswith("cudafd_") and k != JUDGED and v.get("x_floor")
+        )
+        measured = f"{p50:.1f} us = {ratio:.2f}x (floor {floor:.1f} us; {others})"
+        rows.append(_row(f"await latency p50, {loop}", target, measured, ratio <= limit))
+    return rows
+
+
+def _cpu(sections: dict) -> list[dict]:
+    rows = []
+    for loop, res in (sections.get("cpu") or {}).items():
+        cores = _get(res, "methods", JUDGED, "cores")
+        base = ", ".join(
+            f"{k} {_get(res, 'methods', k, 'cores'):.2f}"
+            for k in ("executor_blocking", "sleep0")
+            if _get(res, "methods", k, "cores") is not None
+        )
+        measured = "not measured" if cores is None else f"{cores:.3f} cores ({base})"
+        rows.append(
+            _row(
+                f"CPU awaiting 2 ms kernels, {loop}",
+                f"<= {CPU_LIMIT} core",
+                measured,
+                None if cores is None else cores <= CPU_LIMIT,
+            )
+        )
+    return rows
+
+
+def _bubble(sections: dict) -> list[dict]:
+    res = sections.get("bubble")
+    if res is None:
+        return []
+    us = _get(res, "variants", JUDGED, "us_per_point")
+    ctx = ", ".join(
+        f"{k} {_get(res, 'variants', k, 'us_per_point'):.2f}"
+        for k in ("record", "cudafd_hostfunc")
+        if _get(res, "variants", k, "us_per_point") is not None
+    )
+    c_host = _get(sections, "c", "bubble", "variants", "hostfunc_empty", "us_per_point")
+    if c_host is not None:
+        ctx += f", bare host function (C) {c_host:.2f}"
+    measured = "not measured" if us is None else f"{us:.2f} us ({ctx})"
+    return [
+        _row(
+            "stream bubble per point, 5 us kernels",
+            f"<= {BUBBLE_LIMIT_US} us",
+            measured,
+            None if us is None else us <= BUBBLE_LIMIT_US,
+        )
+    ]
+
+
+def _throughput(sections: dict) -> list[dict]:
+    rows = []
+    for loop, res in (sections.get("throughput") or {}).items():
+        methods = res.get("methods", {})
+        ours = _get(methods, JUDGED, "awaits_per_s")
+        cores = _get(methods, JUDGED, "cores")
+        base = {k: methods[k]["awaits_per_s"] for k in ("sleep0", "executor_blocking") if k in methods}
+        target = f">= {THROUGHPUT_RATIO}x best baseline, <= {THROUGHPUT_CORES} cores"
+        name = f"throughput, {res.get('streams')} streams x {res.get('kernel_us', 0):.0f} us, {loop}"
+        if ours is None or not base:
+            rows.append(_row(name, target, "not measured", None))
+            continue
+        best_key = max(base, key=lambda k: base[k])
+        ratio = ours / base[best_key] if base[best_key] else float("inf")
+        measured = f"{ours:,.0f}/s = {ratio:.2f}x {best_key} ({base[best_key]:,.0f}/s), {cores:.2f} cores"
+        rows.append(_row(name, target, measured, ratio >= THROUGHPUT_RATIO and cores <= THROUGHPUT_CORES))
+    return rows
+
+
+def _scale(sections: dict) -> list[dict]:
+    rows = []
+    for mech, res in (sections.get("scale") or {}).items():
+        name = f"scale, {res.get('waits')} waits on {res.get('streams')} streams, {mech}"
+        target = f"all complete, threads capped, <= {BYTES_PER_WAIT} B/wait"
+        if "all_completed" not in res:
+            rows.append(_row(name, target, res.get("error", "not measured"), None))
+            continue
+        cap = res.get("thread_cap") or 32
+        threads_ok = res.get("peak_native_threads", 0) <= cap + 2  # + the poller and the hostfunc watchdog
+        measured = (
+            f"{res.get('completed')}/{res.get('waits')} done, peak {res.get('peak_native_threads')} threads (cap {cap}+2), "
+            f"{res.get('bytes_per_wait')} B/wait, {res.get('drain_per_s', 0):,.0f} completions/s"
+        )
+        ok = bool(res["all_completed"]) and threads_ok and res.get("bytes_per_wait", 1e9) <= BYTES_PER_WAIT
+        rows.append(_row(name, target, measured, ok))
+    return rows
+
+
+def evaluate(sections: dict) -> list[dict]:
+    """Every target row for the sections present."""
+    return _latency(sections) + _cpu(sections) + _bubble(sections) + _throughput(sections) + _scale(sections)

@@ -1,0 +1,105 @@
+"""Throughput: ``streams`` streams, each a coroutine looping (``kernel_s`` kernel, await), per method.
+
+Params: ``loop``, ``streams`` (64), ``kernel_s`` (100 µs), ``seconds``
+(measured window per method), ``settle_s`` (unmeasured run-in), ``methods``,
+``soft_s``. Figures: completed awaits per second in the window and the
+process's CPU cores meanwhile (CPU seconds of every thread per wall second).
+The parent sets ``CUDA_DEVICE_MAX_CONNECTIONS`` (hardware queues; default 8)
+for this child unless the caller did, so kernels of different streams are
+not falsely serialised on the GPU; its value is in the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+from .child import Progress, new_loop
+from .gpu import Gpu
+from .methods import LABELS, Kit, make
+from .proc import CpuMeter
+
+__all__ = ["run"]
+
+
+async def _one(kit: Kit, key: str, handles: list[int], p: dict) -> dict:
+    fns = [make(key, kit, h) for h in handles]
+    kernel = float(p["kernel_s"])
+    count = [0]
+    stop = [False]
+
+    async def worker(fn) -> None:
+        while not stop[0]:
+            await fn(kernel)
+            count[0] += 1
+
+    tasks = [asyncio.ensure_future(worker(fn)) for fn in fns]
+    try:
+        await asyncio.sleep(float(p["settle_s"]))
+        for t in tasks:  # a failure in the run-in: report it rather than measure
+            if t.done() and t.exception() is not None:
+                raise t.exception()  # type: ignore[misc]
+        n0 = count[0]
+        meter = CpuMeter().start()
+        await asyncio.sleep(float(p["seconds"]))
+        n1 = count[0]
+        meter.stop()
+    finally:
+        stop[0] = True
+        done, pending = await asyncio.wait(tasks, timeout=10)
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=5)
+    failed = [t.exception() for t in done if not t.cancelled() and t.exception() is not None]
+    if failed:
+        raise failed[0]  # type: ignore[misc]
+    awaits = n1 - n0
+    return {
+        "label": LABELS[key],
+        "awaits_per_s": round(awaits / meter.wall, 1),
+        "cores": round(meter.cores, 3),
+        "awaits": awaits,
+        "wall_s": round(meter.wall, 3),
+        "stuck_tasks": len(pending),
+    }
+
+
+def run(p: dict, progress: Progress) -> dict:
+    gpu = Gpu()
+    kit = Kit(gpu)
+    state: dict = {"methods": {}, "errors": {}, "truncated": False}
+
+    def result() -> dict:
+        return {
+            "loop": p["loop"],
+            "streams": p["streams"],
+            "kernel_us": float(p["kernel_s"]) * 1e6,
+            "seconds": p["seconds"],
+            "max_connections": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "driver default (8)"),
+            **state,
+        }
+
+    progress.partial = result
+    loop = new_loop(p["loop"])
+    deadline = time.monotonic() + float(p["soft_s"])
+    try:
+        handles = gpu.streams(int(p["streams"]))
+        for key in p["methods"]:
+            if time.monotonic() > deadline:
+                state["truncated"] = True
+                break
+            try:
+                state["methods"][key] = loop.run_until_complete(_one(kit, key, handles, p))
+            except Exception as exc:
+                state["errors"][key] = f"{type(exc).__name__}: {exc}"
+            for h in handles:
+                gpu.sync_stream(h)
+            progress.tick(f"{LABELS[key]} done")
+    finally:
+        kit.close()
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
+        gpu.close()
+    return result()

@@ -1,0 +1,66 @@
+"""``python -m cudafd bench --quick`` end to end: every section present, exit status 0.
+
+On the simulator (a real GPU with CUDAFD_TEST_DRIVER=real). The suite runs
+its sections in child processes, so nothing native is left in this one.
+The ``--`` keeps the options away from the top-level CLI parser, which
+forwards everything after ``bench`` to the bench's own (it works without
+the ``--`` once cudafd._cli hands ``bench`` its arguments unparsed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import cudafd
+from cudafd._bench import SECTIONS
+from support import REAL
+
+
+def test_quick_bench_writes_every_section(tmp_path):
+    env = dict(os.environ)
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(cudafd.__file__)))
+    env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    cmd = [sys.executable, "-m", "cudafd", "bench", "--", "--quick", "--out", str(tmp_path)]
+    if not REAL:
+        cmd.append("--sim")
+    r = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=120)
+    log = r.stdout[-4000:] + r.stderr[-4000:]
+    assert r.returncode == 0, log
+
+    doc = json.loads((tmp_path / "bench.json").read_text())
+    assert (tmp_path / "bench.txt").read_text().strip()
+    assert doc["simulator"] is (not REAL)
+    assert doc["quick"] is True and doc["meaningful"] is False
+    assert set(SECTIONS) <= set(doc["sections"]), list(doc["sections"])
+    env_info = doc["environment"]
+    for key in ("device", "cuda_version", "python", "versions", "loops"):
+        assert env_info.get(key), key
+    assert doc["command"].startswith("python -m cudafd bench") and doc["date_utc"].endswith("Z")
+
+    s = doc["sections"]
+    for loop in env_info["loops"]:
+        lat = s["latency"][loop]["methods"]
+        for key in (
+            "floor",
+            "executor_blocking",
+            "sleep0",
+            "sleep1ms",
+            "cudafd_event",
+            "cudafd_spin",
+            "cudafd_hostfunc",
+            "cudafd_poll",
+        ):
+            assert lat[key]["n"] > 0 and lat[key]["p50"] > 0, key
+        assert "cudafd_event" in s["cpu"][loop]["methods"]
+        assert s["throughput"][loop]["methods"]["cudafd_event"]["awaits_per_s"] > 0
+    assert "numba" not in s["latency"][env_info["loops"][0]]["methods"] or REAL
+    assert s["bubble"]["variants"]["cudafd_event"]["us_per_point"] is not None
+    for mech, res in s["scale"].items():
+        assert res["all_completed"], (mech, res)
+    assert "latency" in s["c"] or "skipped" in s["c"], s["c"]
+    assert {t["status"] for t in doc["targets"]} <= {"pass", "miss", "n/a"} and doc["targets"]
+    if not REAL:
+        assert "SIMULATOR" in r.stdout
