@@ -491,7 +491,7 @@ fail:
 
 static void bubble(int kernels, int batch, int repeats)
 {
-    double best[NVARIANTS][16];
+    double best[NVARIANTS][16] = {{0}};
     bool failed[NVARIANTS] = {false};
     failed[B_HOSTFUNC] = !cu.cuLaunchHostFunc;
     double gate_s[NVARIANTS]; /* per variant: their enqueue times differ */
