@@ -137,7 +137,9 @@ class Suite:
             params = dict(self.plan[section], loop=loop, methods=use)
             res = self.child(section, params, title)
             if "numba" in use and (res.get("error") or res.get("timed_out")):
-                self.numba[loop] = {"ok": False, "error": f"the {section} run with it failed: {res.get('error')}"}
+                why = {"ok": False, "error": f"the {section} {loop} run with it failed: {res.get('error')}"}
+                for other in self.args.loops:  # a deadlock is not the loop's doing: no second try
+                    self.numba[other] = dict(why, probe=self.numba.get(other))
                 _say(f"      {title} failed with numba in it; again without numba")
                 res = self.child(section, dict(params, methods=[m for m in use if m != "numba"]), title)
             out[loop] = self._done(section, title, res)
