@@ -14,23 +14,26 @@ if [[ $want == *tests* ]]; then
   (cd tests && CUDAFD_TEST_DRIVER=real timeout 400 python3 -m pytest -q -p no:cacheprovider --ignore=test_native.py -rfE) > "$OUT/pytest-real.log" 2>&1
   summary+=("pytest (real driver): $(tail -1 "$OUT/pytest-real.log")")
 fi
-if [[ $want == *examples* ]]; then
-  timeout 60 python3 bench/fault_probe.py > "$OUT/fault-probe.txt" 2>&1; summary+=("fault probe: $(tail -1 "$OUT/fault-probe.txt")")
-  timeout 60 python3 -m cudafd demo > "$OUT/demo.txt" 2>&1; summary+=("demo: $(grep -E '^done|overhead' "$OUT/demo.txt" | tr '\n' ' ')")
-  make -s -C examples/c-epoll LIBDIR="$PWD/src/cudafd/_lib" > "$OUT/examples.txt" 2>&1
-  for m in event hostfunc spin; do
-    echo "== examples/c-epoll/cudafd-epoll $m --fault" >> "$OUT/examples.txt"
-    timeout 60 examples/c-epoll/cudafd-epoll $m --fault >> "$OUT/examples.txt" 2>&1; summary+=("c-epoll $m: rc=$? $(tail -1 "$OUT/examples.txt")")
-  done
+if [[ $want == *examples* ]]; then  # everything lands in examples.txt (the device returns few files)
+  ex="$OUT/examples.txt"; : > "$ex"
+  run() { echo "== $*" >> "$ex"; timeout 120 "$@" >> "$ex" 2>&1; local rc=$?; summary+=("$*: rc=$rc $(tail -1 "$ex")"); }
+  run python3 bench/fault_probe.py
+  run python3 -m cudafd demo
+  make -s -C examples/c-epoll LIBDIR="$PWD/src/cudafd/_lib" >> "$ex" 2>&1
+  for m in event hostfunc spin; do run examples/c-epoll/cudafd-epoll $m --fault; done
   if [[ -x .carry/cudafd-tokio ]]; then  # built on a CPU machine from examples/tokio, carried here
-    echo "== examples/tokio (cudafd-tokio --fault)" >> "$OUT/examples.txt"
-    LD_LIBRARY_PATH="$PWD/src/cudafd/_lib" timeout 60 .carry/cudafd-tokio --fault >> "$OUT/examples.txt" 2>&1; summary+=("tokio: rc=$? $(tail -1 "$OUT/examples.txt")")
+    LD_LIBRARY_PATH="$PWD/src/cudafd/_lib" run .carry/cudafd-tokio --fault
   fi
+  run python3 examples/http_service/service.py --bench --seconds 3
+  for f in examples/*.py; do run python3 "$f"; done
 fi
 if [[ $want == *bench* ]]; then
   # The whole suite (python -m cudafd bench -h): it keeps its own limits (under 4 minutes);
   # bench.json, bench.txt and bench.png land in $OUT/bench. "--": the top-level CLI forwards the rest.
-  timeout 300 python3 -m cudafd bench -- --out "$OUT/bench" > "$OUT/bench.log" 2>&1
+  timeout 300 python3 -m cudafd bench --out "$OUT/bench" > "$OUT/bench.log" 2>&1
   summary+=("bench: rc=$? $(tail -1 "$OUT/bench.log")" "$(sed -n '/^Await latency/,/^$/p;/^Targets/,/^$/p' "$OUT/bench/bench.txt" 2>/dev/null)")
+  echo "== bench/await_breakdown.py" >> "$OUT/bench.log"
+  timeout 120 python3 bench/await_breakdown.py >> "$OUT/bench.log" 2>&1
+  summary+=("await breakdown:" "$(sed -n '/await_breakdown/,$p' "$OUT/bench.log")")
 fi
 printf '%s\n' "${summary[@]}"
