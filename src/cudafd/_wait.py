@@ -1,18 +1,27 @@
 """``await cudafd.wait(target)``: the async entry point, dispatching to the running loop's adapter.
 
-The async library is detected at call time: asyncio (uvloop included) today;
-trio and anyio adapters are to come. Detection uses sniffio when it is
-importable (it knows trio, and asyncio-on-trio bridges), else asyncio's
-running loop.
+The async library is detected at call time: asyncio (uvloop included) goes
+to _aio, trio to _trio; anyio needs nothing of its own, since it runs on one
+of the two (its cancel scopes are those of the library underneath). Detection
+uses sniffio when it is importable (it knows trio, and asyncio-on-trio
+bridges), else asyncio's running loop, then a running trio run if trio is
+imported. Anything else raises CudafdError naming what is supported.
+
+The asyncio fast path (a running loop and no other library named by sniffio)
+is checked first and costs two lookups; trio, and the cases where wait() is
+called outside any running loop, take the slower detection. _trio (and trio
+itself) is imported only when a trio run is detected.
 """
 
 from __future__ import annotations
 
 import asyncio.coroutines as _asyncio_coroutines
 import inspect
+import sys
 from asyncio import AbstractEventLoop, get_running_loop
 from asyncio.events import _get_running_loop
 from collections.abc import Coroutine
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from . import _aio
@@ -27,7 +36,10 @@ try:
 except ImportError:  # pragma: no cover - optional
     _sniffio = None  # type: ignore[assignment]
 
-__all__ = ["wait", "wait_fence", "current_async_library"]
+__all__ = ["current_async_library", "wait", "wait_fence"]
+
+
+SUPPORTED = "asyncio, uvloop, trio, or anyio on either"
 
 
 def current_async_library() -> str | None:
@@ -40,8 +52,30 @@ def current_async_library() -> str | None:
     try:
         get_running_loop()
     except RuntimeError:
-        return None
-    return "asyncio"
+        pass
+    else:
+        return "asyncio"
+    trio = sys.modules.get("trio")  # trio needs sniffio, but a stripped install may lack it
+    if trio is not None:
+        try:
+            trio.lowlevel.current_task()
+        except RuntimeError:
+            return None
+        return "trio"
+    return None
+
+
+_trio_module: ModuleType | None = None
+
+
+def _trio_adapter() -> ModuleType:
+    """cudafd._trio, imported on first use (it imports trio)."""
+    global _trio_module
+    if _trio_module is None:
+        from . import _trio
+
+        _trio_module = _trio
+    return _trio_module
 
 
 def _plain_asyncio_loop() -> AbstractEventLoop | None:
@@ -56,10 +90,10 @@ def _plain_asyncio_loop() -> AbstractEventLoop | None:
 
 def _unsupported(library: str | None) -> CudafdError:
     if library is None:
-        return CudafdError("cudafd.wait() must be awaited inside a running event loop (asyncio or uvloop)")
+        return CudafdError(f"cudafd.wait() must be awaited inside a running event loop ({SUPPORTED})")
     return CudafdError(
-        f"cudafd.wait() does not support {library} yet: use asyncio or uvloop, or wait in a "
-        "worker thread with cudafd.fence(target).wait()"
+        f"cudafd.wait() does not support {library}: it supports {SUPPORTED}; elsewhere, wait "
+        "in a worker thread with cudafd.fence(target).wait()"
     )
 
 
@@ -73,22 +107,37 @@ def wait(target: object, *, notifier: Notifier | None = None) -> Coroutine[Any, 
 
     Raises CudaError if the awaited work (or its context) faulted, ClosedError
     if the notifier was closed meanwhile, TypeError/ValueError for a bad target.
-    Cancelling the awaiting task (task.cancel(), asyncio.timeout) detaches the
-    wait: the GPU work is not cancelled, and nothing is left registered.
-    No thread is blocked and no Python code runs on a native thread.
+    Cancelling the wait (task.cancel(), asyncio.timeout, trio.move_on_after,
+    trio.fail_after, any trio or anyio cancel scope) detaches it: the GPU
+    work is not cancelled, and nothing is left registered. No thread is
+    blocked and no Python code runs on a native thread.
 
-    The async library is detected when wait() is called (asyncio and uvloop
-    today; anything else raises CudafdError). wait() returns the coroutine of
-    that library's adapter directly, saving a coroutine layer on the hot
-    path; called outside any running loop (``asyncio.run(cudafd.wait(s))``)
-    it returns a coroutine that detects the library when first awaited.
+    The async library is detected when wait() is called: asyncio, uvloop,
+    trio, and anyio on either backend; anything else raises CudafdError.
+    Under trio the default Notifier is one per trio run, closed when the run
+    ends. wait() returns the coroutine of that library's adapter directly,
+    saving a coroutine layer on the hot path; called outside any running
+    loop (``asyncio.run(cudafd.wait(s))``) it returns a coroutine that
+    detects the library when first awaited.
     """
     loop = _plain_asyncio_loop()
     if loop is not None:
         if notifier is None:
             return _aio.default_dispatcher(loop).wait(loop, target)
         return _aio.dispatcher(loop, notifier).wait(loop, target)
+    if _in_trio():
+        return _trio_adapter().wait(target, notifier)
     return _wait_detected(target, notifier)
+
+
+def _in_trio() -> bool:
+    """Inside trio.run on this thread, by sniffio's marks (trio >= 0.23 sets thread_local, older the cvar)."""
+    if _sniffio is None or _get_running_loop() is not None:
+        return False
+    name = _sniffio.thread_local.name
+    if name is None:
+        name = _sniffio.current_async_library_cvar.get()
+    return name == "trio"
 
 
 if hasattr(inspect, "markcoroutinefunction"):  # Python 3.12+: inspect.iscoroutinefunction(wait) is True
@@ -103,15 +152,25 @@ async def _wait_detected(target: object, notifier: Notifier | None) -> None:
         loop = get_running_loop()
         await _aio.dispatcher(loop, notifier).wait(loop, target)
         return
+    if library == "trio":
+        await _trio_adapter().wait(target, notifier)
+        return
     raise _unsupported(library)
 
 
 async def wait_fence(fence: Fence) -> None:
-    """Await a Fence through the running loop's adapter (what ``await fence`` does)."""
+    """Await a Fence through the running loop's adapter (what ``await fence`` does).
+
+    asyncio, uvloop, trio and anyio; several tasks may await one Fence, and
+    cancelling one of them detaches only that one.
+    """
     if fence.done():
         fence.result()
         return
     library = "asyncio" if _plain_asyncio_loop() is not None else current_async_library()
+    if library == "trio":
+        await _trio_adapter().wait_fence(fence)
+        return
     if library != "asyncio":
         raise _unsupported(library)
     notifier = fence._notifier

@@ -1,0 +1,516 @@
+"""trio adapter (anyio's trio backend too): tasks woken from a Notifier's fd.
+
+Trio lets one task at a time wait for a given fd (a second one gets
+BusyResourceError), so the waits of one Notifier in one trio run share a
+Dispatcher, and its waiting tasks take turns at the fd. The first waiter
+becomes the *reader*: it sleeps in ``trio.lowlevel.wait_readable(fd)``,
+drains the Notifier and reschedules the tasks of the tokens it got. Every
+other waiter is parked (``trio.lowlevel.wait_task_rescheduled``). When the
+reader's own wait is over, or cancelled, while others still wait, it hands
+the role to one of them. There is no system task and no task per wait, and
+a lone waiter is woken by the fd itself.
+
+Order: waits on one target complete in watch order (the Notifier reports
+them so), but trio runs the tasks woken together in no set order. So the
+waits on one target form a *lane*, and a reported wait's task is woken only
+once every earlier wait of its lane has returned (or left): waits on one
+stream return in the order they were started, as under asyncio. Waits on
+different targets are woken together. (Targets are matched by equality:
+a stream object and its int handle are two lanes.)
+
+The "poll" mechanism has no thread writing the fd: the reader calls poll()
+then drains, sleeping 50 µs between tries, doubling to 2 ms while nothing
+finishes, back to 50 µs on progress or when a new wait starts (it moves the
+deadline of the reader's sleep). Unlike the asyncio adapter there is no
+loop-side spin window for short waits. (Known limit: trio's epoll wait
+rounds sub-millisecond timeouts up to 1 ms, so "poll" looks at best about
+once per millisecond.)
+
+Cancellation (``trio.move_on_after``, ``fail_after``, any cancel scope,
+anyio's scopes) detaches the wait: the abort callback cancels the token at
+once, the GPU work is not cancelled, nothing stays registered. A wait whose
+task was already woken returns its result (trio does not cancel a task
+between reschedule() and its next checkpoint); one reported but still
+waiting for its lane's turn is cancelled like any other.
+
+Closing: close() wakes every waiter with ClosedError (the Notifier reports
+the pending tokens at the next drain). If the reader is blocked on the fd at
+that moment it is woken with ``trio.lowlevel.notify_closing(fd)``, directly
+when close() runs on the run's thread, through the run's TrioToken
+otherwise. The reader holds the fd open (``Notifier._hold_fd``) while it
+waits on it, so the number cannot be reused under trio's epoll. A wait
+started on a closed Notifier raises ClosedError.
+
+The default Notifier (``cudafd.wait(target)`` without notifier=) is one per
+trio run (a RunVar), created on first use and closed at the end of the run
+by a system task that sleeps until the run cancels it.
+
+Facts relied on: a trio run executes its tasks on one thread, so the state
+here needs no lock; abort callbacks run synchronously on that thread and
+never after reschedule(); the Notifier's fd is level-triggered (readable
+exactly while completions are queued, and after close), so a reader that
+drains after every wake never misses a completion, whoever held the role
+before it.
+
+A Notifier serves one run at a time: a wait in a second run while the
+first has waits pending (or an asyncio loop has it armed) raises CudafdError,
+since one's drain would take the other's tokens.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import weakref
+from collections import deque
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
+
+import trio
+from trio.lowlevel import (
+    Abort,
+    RunVar,
+    current_task,
+    current_trio_token,
+    notify_closing,
+    reschedule,
+    spawn_system_task,
+    wait_readable,
+    wait_task_rescheduled,
+)
+
+from ._errors import ClosedError, CudafdError
+from ._notifier import Notifier
+
+if TYPE_CHECKING:
+    from ._fence import Fence
+
+__all__ = [
+    "POLL_MAX",
+    "POLL_MIN",
+    "Dispatcher",
+    "default_dispatcher",
+    "default_notifier",
+    "dispatcher",
+    "wait",
+    "wait_fence",
+]
+
+POLL_MIN = 50e-6
+POLL_MAX = 2e-3
+
+_ORPHANED = "the Notifier was closed and its pending waits were drained elsewhere (the GPU work is not cancelled)"
+
+
+class _Slot:
+    """One waiting task: done/error once its wait is reported; parked while it sleeps."""
+
+    __slots__ = ("done", "error", "key", "lane", "parked", "task")
+
+    def __init__(self, key: int, lane: _Lane | None) -> None:
+        self.key = key
+        self.lane = lane  # the waits on its target, in watch order (None: no order to keep)
+        self.task: trio.lowlevel.Task | None = None
+        self.parked = False
+        self.done = False
+        self.error: BaseException | None = None
+
+
+class _Lane(deque):  # deque[_Slot]
+    """The pending waits on one target, in watch order; only the first may return."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: object) -> None:
+        super().__init__()
+        self.key = key
+
+
+class _Waiters:
+    """Tasks of one trio run waiting for progress on one Notifier; one at a time reads its fd.
+
+    Subclasses say what progress is (``_pump``) and how a wait is detached
+    (``_detach``). Run's thread only, except ``_notifier_closed``.
+    """
+
+    def __init__(self, notifier: Notifier) -> None:
+        self._notifier = notifier
+        self._slots: dict[int, _Slot] = {}  # waits not reported yet
+        self._lanes: dict[object, _Lane] = {}
+        self._reader: _Slot | None = None
+        self._fd = -1  # the fd the reader is blocked on (held open meanwhile), else -1
+        self._polling = notifier.needs_polling
+        self._nap: trio.CancelScope | None = None  # the polling reader's current sleep
+        self._delay = POLL_MIN
+        self._thread = threading.get_ident()
+        self._trio_token = current_trio_token()
+        _on_close(notifier, self)
+
+    # ---- one task's wait ----
+
+    async def _wait_slot(self, slot: _Slot) -> None:
+        """Wait until ``slot`` is reported and first in its lane, reading the fd when no task does.
+
+        Raises the slot's error (CudaError, ClosedError) if it has one.
+        """
+        if self._nap is not None:
+            self._poll_soon()
+        try:
+            while True:
+                if slot.done:
+                    lane = slot.lane
+                    if lane is None or lane[0] is slot:
+                        break
+                    # reported, but an earlier wait on the same target has not returned yet
+                elif self._reader is None:
+                    await self._read(slot)
+                    continue
+                if self._reader is None and self._slots:
+                    self._hand_over()  # this task just stopped reading: another must
+                await self._park(slot)
+        finally:
+            self._leave(slot)
+            if self._reader is None and self._slots:
+                self._hand_over()
+        if slot.error is not None:
+            raise slot.error
+
+    async def _park(self, slot: _Slot) -> None:
+        """Sleep until woken: reported and first in its lane, or handed the reader's role."""
+        slot.task = current_task()
+        slot.parked = True
+
+        def abort(_raise_cancel: object) -> Abort:
+            slot.parked = False
+            self._leave(slot)
+            return Abort.SUCCEEDED
+
+        await wait_task_rescheduled(abort)
+
+    def _leave(self, slot: _Slot) -> None:
+        """The task of ``slot`` is leaving (returning, raising, cancelled): detach it, pass its lane on.
+
+        Idempotent.
+        """
+        if not slot.done:
+            self._detach(slot)
+        lane = slot.lane
+        if lane is None:
+            return
+        slot.lane = None
+        if lane[0] is slot:
+            lane.popleft()
+        else:
+            lane.remove(slot)
+        if not lane:
+            del self._lanes[lane.key]
+        elif lane[0].done:
+            self._wake(lane[0])
+
+    async def _read(self, slot: _Slot) -> None:
+        """Be the reader until ``slot`` is reported: wait for the fd (or poll), then pump."""
+        self._reader = slot
+        try:
+            if self._polling:
+                await self._poll_until(slot)
+                return
+            notifier = self._notifier
+            fd = notifier._hold_fd()  # ClosedError if the fd was released
+            self._fd = fd
+            try:
+                while not slot.done:
+                    try:
+                        await wait_readable(fd)
+                    except trio.ClosedResourceError:
+                        pass  # notify_closing(): the Notifier was closed; the drain reports it
+                    self._pump()
+            finally:
+                self._fd = -1
+                notifier._unhold_fd()
+        finally:
+            self._reader = None
+
+    async def _poll_until(self, slot: _Slot) -> None:
+        """The reader of a "poll" Notifier: pump with backoff; a new wait cuts the current nap short."""
+        self._delay = POLL_MIN
+        try:
+            while not slot.done:
+                with trio.CancelScope(deadline=trio.current_time() + self._delay) as nap:
+                    self._nap = nap
+                    await trio.sleep_forever()
+                self._nap = None
+                self._delay = POLL_MIN if self._pump() else min(self._delay * 2, POLL_MAX)
+        finally:
+            self._nap = None
+
+    def _poll_soon(self) -> None:
+        """A wait was added: have the polling reader look within POLL_MIN, and back off from there."""
+        nap = self._nap
+        if nap is not None:
+            self._delay = POLL_MIN / 2  # doubled back to POLL_MIN if that look finds nothing
+            nap.deadline = min(nap.deadline, trio.current_time() + POLL_MIN)
+
+    # ---- completion ----
+
+    def _wake(self, slot: _Slot) -> None:
+        if slot.parked:
+            slot.parked = False
+            reschedule(slot.task)  # type: ignore[arg-type]
+
+    def _resolve(self, slot: _Slot, error: BaseException | None) -> None:
+        """Report ``slot`` (already removed from _slots); wake its task if it is first in its lane."""
+        slot.done = True
+        slot.error = error
+        lane = slot.lane
+        if lane is None or lane[0] is slot:
+            self._wake(slot)
+
+    def _finish_all(self, error: BaseException | None = None) -> None:
+        """Report every waiting slot, with ``error`` (shared) or successfully."""
+        slots = list(self._slots.values())
+        self._slots.clear()
+        for slot in slots:
+            self._resolve(slot, error)
+
+    def _hand_over(self) -> None:
+        """Wake one parked unreported waiter so that it becomes the reader (nobody reads now)."""
+        for slot in self._slots.values():
+            if slot.parked:
+                self._wake(slot)
+                return
+
+    def _pump(self) -> bool:  # pragma: no cover - abstract
+        """Look for progress and resolve the slots it concerns; True if anything finished."""
+        raise NotImplementedError
+
+    def _detach(self, slot: _Slot) -> None:  # pragma: no cover - abstract
+        """Forget an unfinished slot (idempotent)."""
+        raise NotImplementedError
+
+    # ---- close ----
+
+    def _notifier_closed(self) -> None:
+        """Close hook (any thread): wake a reader blocked on the fd with notify_closing()."""
+        if self._fd < 0:
+            return
+        if threading.get_ident() == self._thread:
+            self._notify_closing()
+            return
+        try:
+            self._trio_token.run_sync_soon(self._notify_closing)
+        except trio.RunFinishedError:
+            pass
+
+    def _notify_closing(self) -> None:
+        fd = self._fd
+        if fd >= 0:  # still held by the reader: the number is still ours
+            try:
+                notify_closing(fd)
+            except RuntimeError:  # not inside the run after all: the close wrote the fd anyway
+                pass
+
+
+def _on_close(notifier: Notifier, waiters: _Waiters) -> None:
+    """Call ``waiters._notifier_closed()`` when ``notifier`` closes (one hook per Notifier, weak refs)."""
+    group = notifier.__dict__.get("_trio_close_group")
+    if group is None:
+        group = notifier.__dict__["_trio_close_group"] = weakref.WeakSet()
+        notifier._add_close_hook(functools.partial(_closed, group))
+    group.add(waiters)
+
+
+def _closed(group: weakref.WeakSet[_Waiters]) -> None:
+    for waiters in list(group):
+        waiters._notifier_closed()
+
+
+class Dispatcher(_Waiters):
+    """The waits of one Notifier in one trio run (see the module docstring)."""
+
+    def __init__(self, notifier: Notifier) -> None:
+        super().__init__(notifier)
+        self._watch = notifier.watch
+        self._cancel = notifier.cancel
+        self._drain = notifier.drain
+        self._poll = notifier.poll
+
+    async def wait(self, target: object) -> None:
+        """Watch ``target`` and wait for it; cancellation detaches the wait (the GPU work goes on)."""
+        try:
+            hash(target)
+            key: object = target  # equal targets (one stream's handle, say) share a lane
+        except TypeError:
+            key = ("id", id(target))
+        token = self._watch(target)
+        slots = self._slots
+        if not slots:
+            try:
+                self._claim()
+            except BaseException:
+                self._cancel(token)
+                raise
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane(key)
+        slot = _Slot(token, lane)
+        lane.append(slot)
+        slots[token] = slot
+        await self._wait_slot(slot)
+
+    def _claim(self) -> None:
+        """Refuse a Notifier that another run or an asyncio loop is waiting on."""
+        state = self._notifier.__dict__
+        owner = state.get("_trio_owner")
+        aio = state.get("_aio_owner")  # the asyncio adapter's Dispatcher, if one ever armed it
+        if (owner is not None and owner is not self and owner._slots) or getattr(aio, "_futures", None):
+            raise CudafdError(
+                "this Notifier is already waited on by another trio run or event loop; use one "
+                "Notifier per run (cudafd.wait() without notifier= does that)"
+            )
+        state["_trio_owner"] = self
+
+    def _detach(self, slot: _Slot) -> None:
+        if self._slots.pop(slot.key, None) is not None:
+            self._cancel(slot.key)
+
+    def _pump(self) -> bool:
+        try:
+            if self._polling:
+                self._poll()
+            results = self._drain()
+        except Exception as exc:  # noqa: BLE001 - the native core failed: fail every waiter rather than hang
+            self._finish_all(exc)
+            return True
+        slots = self._slots
+        for token, exc in results:
+            slot = slots.pop(token, None)
+            if slot is not None:
+                self._resolve(slot, exc)
+        if not results and slots and self._notifier.closed:  # nothing can report them any more
+            for slot in list(slots.values()):
+                del slots[slot.key]
+                self._resolve(slot, ClosedError(_ORPHANED))
+        return bool(results)
+
+
+class _FenceWaiters(_Waiters):
+    """Tasks of one trio run awaiting one Fence: all resolved once ``fence.done()``."""
+
+    def __init__(self, fence: Fence, notifier: Notifier) -> None:
+        super().__init__(notifier)
+        self._done = fence.done
+        self._next = 0
+
+    async def wait(self) -> None:
+        key = self._next
+        self._next += 1
+        slot = _Slot(key, None)  # every task of a fence returns at once
+        self._slots[key] = slot
+        await self._wait_slot(slot)
+
+    def _detach(self, slot: _Slot) -> None:
+        self._slots.pop(slot.key, None)
+
+    def _pump(self) -> bool:
+        try:
+            done = self._done()
+        except Exception as exc:  # noqa: BLE001 - the fence's wait failed: it is every task's result
+            self._finish_all(exc)
+            return True
+        if done:
+            self._finish_all()  # each task then raises the fence's own result
+        return done
+
+
+# ---- dispatcher lookup ------------------------------------------------------
+
+
+class _Run:
+    """A weak-referenceable stand-in for the current trio run (kept in a RunVar)."""
+
+    __slots__ = ("__weakref__",)
+
+
+_RUN: RunVar[_Run] = RunVar("cudafd.run")
+_DEFAULT: RunVar[Dispatcher] = RunVar("cudafd.default_dispatcher")
+
+
+def _run_key() -> _Run:
+    try:
+        return _RUN.get()
+    except LookupError:
+        key = _Run()
+        _RUN.set(key)
+        return key
+
+
+async def _close_at_run_end(notifier: Notifier) -> None:
+    try:
+        await trio.sleep_forever()
+    finally:
+        notifier.close()
+
+
+def default_dispatcher() -> Dispatcher:
+    """The Dispatcher of the current run's default Notifier (created on first use, closed at run end)."""
+    try:
+        return _DEFAULT.get()
+    except LookupError:
+        pass
+    notifier = Notifier()
+    try:
+        disp = Dispatcher(notifier)
+        spawn_system_task(_close_at_run_end, notifier, name="cudafd: close the run's default Notifier")
+    except BaseException:
+        notifier.close()
+        raise
+    _DEFAULT.set(disp)
+    return disp
+
+
+def default_notifier() -> Notifier | None:
+    """The current run's default Notifier if one was created."""
+    try:
+        return _DEFAULT.get()._notifier
+    except LookupError:
+        return None
+
+
+def dispatcher(notifier: Notifier | None) -> Dispatcher:
+    """The Dispatcher of ``notifier`` (default: the run's own Notifier) in the current trio run."""
+    if notifier is None:
+        return default_dispatcher()
+    key = _run_key()
+    table = notifier.__dict__.get("_trio_dispatchers")
+    if table is None:
+        table = notifier.__dict__["_trio_dispatchers"] = weakref.WeakKeyDictionary()
+    disp = table.get(key)
+    if disp is None:
+        disp = table[key] = Dispatcher(notifier)
+    return disp
+
+
+def wait(target: object, notifier: Notifier | None = None) -> Coroutine[Any, Any, None]:
+    """The coroutine of ``cudafd.wait(target, notifier=notifier)`` in the current trio run."""
+    return dispatcher(notifier).wait(target)
+
+
+async def wait_fence(fence: Fence) -> None:
+    """``await fence`` under trio: wait until the fence is done, then return or raise its result.
+
+    Several tasks may await one Fence at once; cancelling one detaches only
+    that task. Raises CudaError for a fault, ClosedError if the fence is closed
+    meanwhile, CudafdError if the fence is being awaited in another trio run.
+    """
+    notifier = fence._notifier
+    if notifier is None or fence.done():
+        fence.result()
+        return
+    token = current_trio_token()
+    waiters = fence.__dict__.get("_trio_fence_waiters")
+    if waiters is None or waiters._trio_token is not token:
+        if waiters is not None and waiters._slots:
+            raise CudafdError("a Fence can be awaited in one trio run (or event loop) at a time")
+        waiters = fence.__dict__["_trio_fence_waiters"] = _FenceWaiters(fence, notifier)
+    await waiters.wait()
+    fence.result()
