@@ -1,21 +1,44 @@
 """Test configuration: the simulator unless CUDAFD_TEST_DRIVER=real, and a
-leak check after every test (every native count back to zero)."""
+leak check after every test (every native count back to zero).
+
+Flavors: every loop that is installed (asyncio always, uvloop and trio when
+importable) plus "blocking". ``flavor`` runs a body under each; ``loop_flavor``
+under each loop, except for bodies that call asyncio's own API (mark them
+``asyncio_only``, or list their module in ASYNCIO_ONLY_MODULES): those get the
+asyncio loops alone."""
 from __future__ import annotations
 
 import importlib.util
 
 import pytest
+from support import MECHANISMS, REAL, Device, wait_for_zero_counts
 
 import cudafd
-from support import MECHANISMS, REAL, Device, wait_for_zero_counts
 
 if not REAL:
     cudafd.use_simulator()
 
-FLAVORS = ["asyncio", "blocking"]
+ASYNCIO_LOOPS = ["asyncio"]
 if importlib.util.find_spec("uvloop"):
-    FLAVORS.insert(1, "uvloop")
-LOOPS = [f for f in FLAVORS if f != "blocking"]
+    ASYNCIO_LOOPS.append("uvloop")
+LOOPS = ASYNCIO_LOOPS + (["trio"] if importlib.util.find_spec("trio") else [])
+FLAVORS = LOOPS + ["blocking"]
+
+# Test modules whose bodies use asyncio's API (ensure_future, wait_for, ...):
+# their loop_flavor tests run under asyncio and uvloop only.
+ASYNCIO_ONLY_MODULES = {"test_cancel_close"}
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "asyncio_only: the body uses asyncio's API: loop_flavor gives asyncio loops only")
+
+
+def pytest_generate_tests(metafunc):
+    if "loop_flavor" in metafunc.fixturenames:
+        asyncio_only = (metafunc.definition.get_closest_marker("asyncio_only") is not None
+                        or metafunc.module.__name__ in ASYNCIO_ONLY_MODULES)
+        metafunc.parametrize("loop_flavor", ASYNCIO_LOOPS if asyncio_only else LOOPS)
 
 
 def pytest_report_header(config):
@@ -33,11 +56,6 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(params=FLAVORS)
 def flavor(request):
-    return request.param
-
-
-@pytest.fixture(params=LOOPS)
-def loop_flavor(request):
     return request.param
 
 

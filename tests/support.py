@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import sys
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import cudafd
 from cudafd import _driver, _kernels
@@ -25,7 +27,7 @@ LIVE_COUNTS = ("threads", "events", "eventfds", "pending", "notifiers", "context
 class Stream:
     """A stream on a test device; implements __cuda_stream__ like any framework's."""
 
-    def __init__(self, device: "Device", handle: int) -> None:
+    def __init__(self, device: Device, handle: int) -> None:
         self.device = device
         self.handle = handle
 
@@ -106,13 +108,50 @@ class Api:
         await self.notifier.wait(target)
 
     async def gather(self, *aws: Awaitable[Any]) -> list[Any]:
+        """Await all of `aws` concurrently; their results in order. As with
+        asyncio.gather, each one's first step (up to its first suspension)
+        runs in the order given, and the first exception propagates (under
+        trio the others are then cancelled: a nursery)."""
         if self.flavor == "blocking":
             return [await a for a in aws]
+        if self.flavor == "trio":
+            return await _trio_gather(aws)
         return list(await asyncio.gather(*aws))
 
 
+async def _trio_gather(aws: tuple[Awaitable[Any], ...]) -> list[Any]:
+    import trio
+
+    results: list[Any] = [None] * len(aws)
+    # trio starts tasks in no set order: each waits until the one before it
+    # has run its first step, as asyncio.gather's tasks do in order.
+    started = [trio.Event() for _ in aws]
+
+    async def one(i: int, a: Awaitable[Any]) -> None:
+        if i:
+            await started[i - 1].wait()
+        started[i].set()
+        results[i] = await a
+
+    if sys.version_info >= (3, 11):
+        group_type = BaseExceptionGroup  # noqa: F821 - a builtin since 3.11
+    else:  # trio brings the backport
+        from exceptiongroup import BaseExceptionGroup as group_type
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for i, a in enumerate(aws):
+                nursery.start_soon(one, i, a)
+    except group_type as group:
+        leaf: BaseException = group
+        while isinstance(leaf, group_type):
+            leaf = leaf.exceptions[0]
+        raise leaf from None
+    return results
+
+
 def run(flavor: str, mechanism: str, body: Callable[[Api], Awaitable[Any]]) -> Any:
-    """Run `body(api)` under one flavor: asyncio, uvloop or blocking."""
+    """Run `body(api)` under one flavor: asyncio, uvloop, trio or blocking."""
     api = Api(flavor, mechanism)
     if flavor == "blocking":
         coro = body(api)
@@ -130,6 +169,10 @@ def run(flavor: str, mechanism: str, body: Callable[[Api], Awaitable[Any]]) -> A
         finally:
             api.notifier.close()
 
+    if flavor == "trio":
+        import trio
+
+        return trio.run(main)
     if flavor == "uvloop":
         import uvloop
 
