@@ -1,0 +1,44 @@
+"""The Python examples run to their end with every check passed: on the
+simulator here, on the GPU (through PyTorch, where it is installed) with
+CUDAFD_TEST_DRIVER=real. Each runs in a subprocess in well under 5 s."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+from support import REAL
+
+import cudafd
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = os.path.join(ROOT, "examples")
+
+
+def run_example(name: str, *args: str) -> str:
+    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(cudafd.__file__)))
+    path = os.pathsep.join(p for p in (package_dir, os.environ.get("PYTHONPATH")) if p)
+    sim = () if REAL else ("--sim",)
+    r = subprocess.run(
+        [sys.executable, os.path.join(EXAMPLES, name), *sim, *args],
+        capture_output=True, text=True, timeout=60, check=False, env=dict(os.environ, PYTHONPATH=path),
+    )
+    assert r.returncode == 0, f"{name} failed:\n{r.stdout}\n{r.stderr}"
+    return r.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec("trio") is None, reason="needs trio")
+def test_trio_example():
+    out = run_example("trio_wait.py", *(() if REAL else ("--fault",)))
+    assert "FAIL" not in out and "ok   nothing left pending" in out, out
+    if not REAL:
+        assert "CUDA_ERROR_ILLEGAL_ADDRESS" in out, out
+
+
+@pytest.mark.parametrize("mechanism", ["event", "poll"])
+def test_selectors_example(mechanism):
+    out = run_example("selectors_wait.py", mechanism)
+    assert "all checks passed" in out, out
+    assert f"{mechanism} mechanism" in out, out
