@@ -360,14 +360,16 @@ class Dispatcher(_Waiters):
     def _claim(self) -> None:
         """Refuse a Notifier that another run or an asyncio loop is waiting on."""
         state = self._notifier.__dict__
-        owner = state.get("_trio_owner")
+        ref = state.get("_trio_owner")  # a weak reference: a finished run's Dispatcher may go
+        owner = ref() if ref is not None else None
         aio = state.get("_aio_owner")  # the asyncio adapter's Dispatcher, if one ever armed it
         if (owner is not None and owner is not self and owner._slots) or getattr(aio, "_futures", None):
             raise CudafdError(
                 "this Notifier is already waited on by another trio run or event loop; use one "
                 "Notifier per run (cudafd.wait() without notifier= does that)"
             )
-        state["_trio_owner"] = self
+        if owner is not self:
+            state["_trio_owner"] = weakref.ref(self)
 
     def _detach(self, slot: _Slot) -> None:
         if self._slots.pop(slot.key, None) is not None:
