@@ -7,6 +7,10 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/device-out}; mkdir -p "$OUT"
 want=${*:-tests bench examples}
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u +%FT%TZ; python3 --version; } > "$OUT/env.txt" 2>&1
+if [[ -d .whl ]]; then  # Python packages the GPU image lacks (trio), carried as wheels
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+fi
 python3 -m pip install --no-build-isolation --no-deps . > /tmp/install.log 2>&1 || { tail -20 /tmp/install.log; exit 1; }
 make -s -C native > /tmp/make.log 2>&1 || { tail -20 /tmp/make.log; exit 1; }
 summary=()
