@@ -14,8 +14,17 @@ fi
 python3 -m pip install --no-build-isolation --no-deps . > /tmp/install.log 2>&1 || { tail -20 /tmp/install.log; exit 1; }
 make -s -C native > /tmp/make.log 2>&1 || { tail -20 /tmp/make.log; exit 1; }
 summary=()
+if [[ $want == *bench* ]]; then
+  # The whole suite (python -m cudafd bench -h): it keeps its own limits (under 4 minutes);
+  # bench.json, bench.txt and bench.png land in $OUT/bench. "--": the top-level CLI forwards the rest.
+  timeout 300 python3 -m cudafd bench --out "$OUT/bench" > "$OUT/bench.log" 2>&1
+  summary+=("bench: rc=$? $(tail -1 "$OUT/bench.log")" "$(sed -n '/^Await latency/,/^$/p;/^Targets/,/^$/p' "$OUT/bench/bench.txt" 2>/dev/null)")
+  echo "== bench/await_breakdown.py" >> "$OUT/bench.log"
+  timeout 120 python3 bench/await_breakdown.py >> "$OUT/bench.log" 2>&1
+  summary+=("await breakdown:" "$(sed -n '/await_breakdown/,$p' "$OUT/bench.log")")
+fi
 if [[ $want == *tests* ]]; then
-  (cd tests && CUDAFD_TEST_DRIVER=real timeout 400 python3 -m pytest -q -p no:cacheprovider --ignore=test_native.py -rfE) > "$OUT/pytest-real.log" 2>&1
+  (cd tests && CUDAFD_TEST_DRIVER=real timeout 400 python3 -m pytest -q -p no:cacheprovider --ignore=test_native.py --deselect=test_bench.py -rfE) > "$OUT/pytest-real.log" 2>&1
   summary+=("pytest (real driver): $(tail -1 "$OUT/pytest-real.log")")
 fi
 if [[ $want == *examples* ]]; then  # everything lands in examples.txt (the device returns few files)
@@ -30,14 +39,5 @@ if [[ $want == *examples* ]]; then  # everything lands in examples.txt (the devi
   fi
   run python3 examples/http_service/service.py --bench --seconds 3
   for f in examples/*.py; do run python3 "$f"; done
-fi
-if [[ $want == *bench* ]]; then
-  # The whole suite (python -m cudafd bench -h): it keeps its own limits (under 4 minutes);
-  # bench.json, bench.txt and bench.png land in $OUT/bench. "--": the top-level CLI forwards the rest.
-  timeout 300 python3 -m cudafd bench --out "$OUT/bench" > "$OUT/bench.log" 2>&1
-  summary+=("bench: rc=$? $(tail -1 "$OUT/bench.log")" "$(sed -n '/^Await latency/,/^$/p;/^Targets/,/^$/p' "$OUT/bench/bench.txt" 2>/dev/null)")
-  echo "== bench/await_breakdown.py" >> "$OUT/bench.log"
-  timeout 120 python3 bench/await_breakdown.py >> "$OUT/bench.log" 2>&1
-  summary+=("await breakdown:" "$(sed -n '/await_breakdown/,$p' "$OUT/bench.log")")
 fi
 printf '%s\n' "${summary[@]}"
