@@ -104,6 +104,11 @@ int cudafd_mechanism_available(int mechanism);
 int cudafd_notifier_create(int mechanism, cudafd_notifier **out);
 /* The eventfd to poll for readability (-1 for NULL). Owned by the notifier. */
 int cudafd_notifier_fd(const cudafd_notifier *n);
+/* A counter that grows by one with every completion queued and at close,
+ * for callers that spin briefly before polling the fd: when it has not
+ * changed since the last drain, there is nothing to drain. Read it with an
+ * atomic load (acquire); valid until cudafd_notifier_destroy. NULL for NULL. */
+const uint64_t *cudafd_notifier_seq(const cudafd_notifier *n);
 /* Mark the current end of the stream: completes when all work enqueued on
  * `stream` before this call has finished. stream may be 0 (legacy default
  * stream of the current context), CU_STREAM_LEGACY or CU_STREAM_PER_THREAD.

@@ -130,6 +130,7 @@ struct cudafd_notifier {
     pthread_mutex_t mu; /* the completion queue */
     cudafd_completion *q;
     size_t qhead, qlen, qcap;
+    uint64_t seq; /* completions pushed (and closes): readable without a lock */
 };
 void cfd_notifier_push(struct cudafd_notifier *n, uint64_t token, int64_t status); /* g.mu held */
 

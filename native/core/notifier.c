@@ -63,6 +63,8 @@ CFD_API int cudafd_notifier_create(int mechanism, cudafd_notifier **out)
 
 CFD_API int cudafd_notifier_fd(const cudafd_notifier *n) { return n ? n->fd : -1; }
 
+CFD_API const uint64_t *cudafd_notifier_seq(const cudafd_notifier *n) { return n ? &n->seq : NULL; }
+
 void cfd_notifier_push(cudafd_notifier *n, uint64_t token, int64_t status)
 {
     pthread_mutex_lock(&n->mu);
@@ -85,6 +87,7 @@ void cfd_notifier_push(cudafd_notifier *n, uint64_t token, int64_t status)
     n->q[n->qhead + n->qlen] = (cudafd_completion){.token = token, .status = status};
     if (n->qlen++ == 0)
         signal_fd(n);
+    __atomic_add_fetch(&n->seq, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&n->mu);
 }
 
@@ -138,6 +141,7 @@ CFD_API int cudafd_notifier_close(cudafd_notifier *n)
         n->qhead = n->qlen = 0;
         if (was_quiet)
             signal_fd(n); /* wake whoever polls: the next drain says closed */
+        __atomic_add_fetch(&n->seq, 1, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&n->mu);
         g.nopen--;
         cfd_quiesce_locked();

@@ -15,10 +15,14 @@ selector rounds sub-millisecond timeouts up to 1 ms, so under plain asyncio
 
 Short waits: waking a loop thread that sleeps in epoll costs 10-50 µs on
 the virtual machines most GPUs live in (DESIGN.md, "Floor"): as much as the
-whole wait. So after a watch the dispatcher first keeps the loop turning for
-a bounded spin window, checking the Notifier once per iteration (a
-``call_soon`` chain: other tasks and callbacks run in between, the loop is
-never blocked), and only then leaves it to the fd. The window adapts: it
+whole wait, and a future plus its task switch costs several more. So a wait
+first runs inline: the waiting coroutine itself yields to the loop
+(``sleep(0)``: other tasks and callbacks run in between, the loop is never
+blocked) and checks the Notifier's completion counter, a plain memory read,
+draining only when it moved. Only when the spin window runs out does it
+park on a future and leave the rest to the fd. Measured on an H200 before
+this path: a future-based await cost ~28 µs over the core's own detection
+(bench/await_breakdown.py). The window adapts: it
 grows while waits finish inside it and halves each time one does not, down
 to off, with a short probe every SPIN_PROBE_EVERY waits. Long waits (a 2 ms
 kernel) therefore turn it off and cost ~0 CPU; back-to-back short waits get
@@ -82,6 +86,7 @@ _NO_READER = (
 
 
 _now = time.perf_counter
+_PENDING = object()
 
 
 def _add_reader(loop: asyncio.AbstractEventLoop, notifier: Notifier, callback: Callable[[], object]) -> int:
@@ -126,10 +131,10 @@ class Dispatcher:
         "_delay",
         "_disarm_queued",
         "_window",
-        "_spinning",
-        "_spin_until",
-        "_spin_found",
         "_since_probe",
+        "_inline",
+        "_seq",
+        "_seen",
         "__weakref__",
     )
 
@@ -149,15 +154,19 @@ class Dispatcher:
         self._disarm_queued = False
         self._thread = 0
         self._window = SPIN_START
-        self._spinning = False
-        self._spin_until = 0.0
-        self._spin_found = False
         self._since_probe = 0
+        self._inline: dict[int, object] = {}  # token -> _PENDING, None or the exception
+        backend = notifier._backend
+        self._seq = getattr(backend, "seq", None)  # the core's completion counter, if native
+        self._seen = -1
         notifier._add_close_hook(self._notifier_closed)
 
     async def wait(self, loop: asyncio.AbstractEventLoop, target: object) -> None:
         """Watch ``target`` and wait for it; cancellation detaches the wait (GPU work goes on)."""
         token = self._watch(target)
+        window = self._inline_window()
+        if window and await self._wait_inline(token, window):
+            return
         fut = loop.create_future()
         futures = self._futures
         futures[token] = fut
@@ -168,8 +177,6 @@ class Dispatcher:
                 del futures[token]
                 self._cancel(token)
                 raise
-        if not self._spinning:
-            self._start_spin(loop)
         try:
             await fut
         finally:
@@ -179,43 +186,63 @@ class Dispatcher:
                 if not futures:
                     self._disarm_later()
 
-    # ---- loop-side spin for short waits ----
+    # ---- inline spin for short waits ----
 
-    def _start_spin(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _inline_window(self) -> float:
+        """This wait's spin window in seconds (0: park on a future at once).
+
+        Only a lone wait spins inline: with others pending, futures keep the
+        waits on one stream resuming in the order they were started.
+        """
+        if self._futures or self._inline:
+            return 0.0
         window = self._window
-        if window < SPIN_MIN:
-            self._since_probe += 1
-            if self._since_probe < SPIN_PROBE_EVERY:
-                return
-            self._since_probe = 0
-            window = SPIN_PROBE
-        self._spinning = True
-        self._spin_found = False
-        self._spin_until = _now() + window
-        loop.call_soon(self._spin)
+        if window >= SPIN_MIN:
+            return window
+        self._since_probe += 1
+        if self._since_probe < SPIN_PROBE_EVERY:
+            return 0.0
+        self._since_probe = 0
+        return SPIN_PROBE
 
-    def _spin(self) -> None:
+    async def _wait_inline(self, token: int, window: float) -> bool:
+        """Spin for ``token`` by yielding to the loop; True once it is reported.
+
+        Returns False when the window ran out (the caller then parks on a
+        future); raises the wait's exception (CudaError, ClosedError).
+        """
+        inline = self._inline
+        inline[token] = _PENDING
+        deadline = _now() + window
+        notifier = self._notifier
         try:
-            if self._polling:
-                self._poll()
-            results = self._drain()
-        except Exception as exc:
-            self._spinning = False
-            self._fail_all(exc)
-            return
-        if results:
-            self._spin_found = True
-            self._resolve(results)
-        if self._futures and _now() < self._spin_until and self._loop is not None:
-            self._loop.call_soon(self._spin)
-            return
-        self._spinning = False
-        if self._futures:  # the window ran out with waits left: shorter next time
-            self._window = self._window / 2 if self._window >= SPIN_MIN else 0.0
-        else:
-            if self._spin_found:
-                self._window = min(max(self._window, SPIN_PROBE) * 1.5, SPIN_MAX)
-            self._disarm_later()
+            while True:
+                result = inline[token]
+                if result is not _PENDING:
+                    del inline[token]
+                    self._window = min(max(self._window, SPIN_PROBE) * 1.5, SPIN_MAX)
+                    if result is None:
+                        return True
+                    raise result  # type: ignore[misc]
+                seq = self._seq
+                if seq is None or notifier._closed or seq.value != self._seen:
+                    if seq is not None and not notifier._closed:
+                        self._seen = seq.value  # read before draining: a later push is seen next time
+                    if self._polling:
+                        self._poll()
+                    self._resolve(self._drain())
+                    if inline[token] is not _PENDING:
+                        continue
+                if _now() >= deadline:
+                    break
+                await asyncio.sleep(0)
+        except BaseException:
+            if inline.pop(token, _PENDING) is _PENDING:
+                self._cancel(token)  # cancelled while spinning: detach (GPU work goes on)
+            raise
+        del inline[token]
+        self._window = self._window / 2 if self._window >= SPIN_MIN else 0.0
+        return False
 
     # ---- registration ----
 
@@ -281,9 +308,14 @@ class Dispatcher:
 
     def _resolve(self, results: list[tuple[int, BaseException | None]]) -> None:
         futures = self._futures
+        inline = self._inline
         for token, exc in results:
             fut = futures.pop(token, None)
-            if fut is None or fut.done():
+            if fut is None:
+                if token in inline:
+                    inline[token] = exc
+                continue
+            if fut.done():
                 continue
             if exc is None:
                 fut.set_result(None)
@@ -293,6 +325,8 @@ class Dispatcher:
     def _fail_all(self, exc: BaseException) -> None:
         futures = list(self._futures.values())
         self._futures.clear()  # the same dict: wait() holds it
+        for token in self._inline:
+            self._inline[token] = exc
         for fut in futures:
             if not fut.done():
                 fut.set_exception(exc)

@@ -38,6 +38,9 @@ class NativeBackend:
         _lib.raise_for(lib, rc, f"creating a notifier (mechanism {mechanism!r})")
         self._ptr = ptr
         self._fd: int = lib.cudafd_notifier_fd(ptr)
+        # Completions queued so far, readable without a call or a lock (valid
+        # until the notifier is destroyed; read only while the Notifier is open).
+        self.seq = c_uint64.from_address(lib.cudafd_notifier_seq(ptr))
         self._token = c_uint64()
         self._token_ref = ctypes.pointer(self._token)
         raw = bytearray(BATCH * ctypes.sizeof(_lib.Completion))
