@@ -158,9 +158,7 @@ SIM_API CUresult cuModuleLoadData(CUmodule *module, const void *image)
         return CUDA_ERROR_INVALID_VALUE;
     struct sim_ctx *c;
     pthread_mutex_lock(&sim.lock);
-    CUresult rc = sim_ctx_current_locked(&c);
-    if (rc == CUDA_SUCCESS)
-        rc = sim_ctx_usable(c);
+    CUresult rc = sim_ctx_current_usable_locked(&c);
     if (rc == CUDA_SUCCESS) {
         struct sim_module *m = calloc(1, sizeof *m);
         if (m && (m->handle = sim_handle_new(SIM_T_MODULE, m))) {

@@ -394,3 +394,9 @@ SIM_API CUresult cuCtxSynchronize(void)
     pthread_mutex_unlock(&sim.lock);
     return rc;
 }
+
+CUresult sim_ctx_current_usable_locked(struct sim_ctx **c)
+{
+    CUresult rc = sim_ctx_current_locked(c);
+    return rc == CUDA_SUCCESS ? sim_ctx_usable(*c) : rc;
+}

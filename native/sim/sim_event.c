@@ -81,9 +81,7 @@ SIM_API CUresult cuEventCreate(CUevent *event, unsigned int flags)
         return CUDA_ERROR_INVALID_VALUE;
     struct sim_ctx *c;
     pthread_mutex_lock(&sim.lock);
-    CUresult rc = sim_ctx_current_locked(&c);
-    if (rc == CUDA_SUCCESS)
-        rc = sim_ctx_usable(c);
+    CUresult rc = sim_ctx_current_usable_locked(&c);
     if (rc == CUDA_SUCCESS) {
         struct sim_event *e = calloc(1, sizeof *e);
         if (e && (e->handle = sim_handle_new(SIM_T_EVENT, e))) {

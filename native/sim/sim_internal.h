@@ -182,6 +182,8 @@ uint64_t sim_thread_id(void);
 CUresult sim_ctx_lookup_locked(CUcontext h, struct sim_ctx **out);
 CUresult sim_ctx_current_locked(struct sim_ctx **out);
 CUresult sim_ctx_usable(const struct sim_ctx *c); /* destroyed / fault / success */
+/* The current context, if it is usable (else why not). sim.lock held. */
+CUresult sim_ctx_current_usable_locked(struct sim_ctx **c);
 void sim_ctx_fault_locked(struct sim_ctx *c, CUresult fault);
 void sim_ctx_unref_locked(struct sim_ctx *c);
 

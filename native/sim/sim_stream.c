@@ -264,9 +264,7 @@ SIM_API CUresult cuStreamCreate(CUstream *stream, unsigned int flags)
         return CUDA_ERROR_INVALID_VALUE;
     struct sim_ctx *c;
     pthread_mutex_lock(&sim.lock);
-    CUresult rc = sim_ctx_current_locked(&c);
-    if (rc == CUDA_SUCCESS)
-        rc = sim_ctx_usable(c);
+    CUresult rc = sim_ctx_current_usable_locked(&c);
     if (rc == CUDA_SUCCESS) {
         struct sim_stream *s = sim_stream_new_locked(c, flags);
         if (s && (s->handle = sim_handle_new(SIM_T_STREAM, s))) {
