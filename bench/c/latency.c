@@ -489,6 +489,8 @@ fail:
     return -1;
 }
 
+#define BUBBLE_BUDGET_S 4.0
+
 static void bubble(int kernels, int batch, int repeats)
 {
     double best[NVARIANTS][16] = {{0}};
@@ -502,9 +504,15 @@ static void bubble(int kernels, int batch, int repeats)
     for (int v = 0; v < NVARIANTS; v++) /* warm-up */
         if (!failed[v] && bubble_batch(v, batch < 50 ? batch : 50, batch, 5000, &gate_s[v]) < 0)
             failed[v] = true;
+    /* Each variant has a time budget: where enqueueing blocks behind the gate
+     * (host functions can, once the driver's queue is full), the gate grows
+     * with the enqueue time and a run could take many minutes. */
+    double spent[NVARIANTS] = {0};
     for (int r = 0; r < repeats; r++)
         for (int v = 0; v < NVARIANTS; v++) {
-            double total = 0;
+            double total = 0, t_variant = now_s();
+            if (spent[v] > BUBBLE_BUDGET_S)
+                failed[v] = true;
             for (int done = 0; !failed[v] && done < kernels; done += batch) {
                 int n = kernels - done < batch ? kernels - done : batch;
                 double s = bubble_batch(v, n, batch, 5000, &gate_s[v]);
@@ -513,6 +521,7 @@ static void bubble(int kernels, int batch, int repeats)
                 total += s;
             }
             best[v][r] = total;
+            spent[v] += now_s() - t_variant;
         }
     double med[NVARIANTS];
     for (int v = 0; v < NVARIANTS; v++) {
