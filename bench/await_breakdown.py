@@ -56,7 +56,7 @@ def main() -> None:
             t0 = ns()
             _kernels.launch_spin(stream, 0)
             t1 = ns()
-            tok = n.watch(stream)
+            n.watch(stream)
             t2 = ns()
             while not n.drain():
                 pass

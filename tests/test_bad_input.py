@@ -65,7 +65,6 @@ def test_stream_of_a_closed_simulated_device():
 
 
 def test_wait_outside_any_loop(dev):
-    import asyncio
 
     s = dev.stream()
     coro = cudafd.wait(s)

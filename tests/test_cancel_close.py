@@ -19,7 +19,7 @@ def test_cancellation_storm(dev, loop_flavor, mechanism):
         for s in streams:
             s.launch(1.0)
         outcomes = {"cancelled": 0, "done": 0}
-        for round_ in range(5):
+        for _ in range(5):
             tasks = []
             for i, s in enumerate(streams):
                 for _ in range(10):

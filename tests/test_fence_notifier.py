@@ -2,13 +2,11 @@
 plain selector loop."""
 from __future__ import annotations
 
-import os
 import select
 import selectors
 import threading
 import time
 
-import pytest
 
 import cudafd
 

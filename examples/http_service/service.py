@@ -109,7 +109,7 @@ async def load(port: int, clients: int, seconds: float) -> list[float]:
 async def bench(model: Model, clients: int, seconds: float) -> None:
     print(f"model: {model.where}; {clients} clients, {seconds:.0f} s per mode")
     for mode in ("executor", "cudafd"):
-        server = await asyncio.start_server(lambda r, w: handle(model, mode, r, w), "127.0.0.1", 0)
+        server = await asyncio.start_server(lambda r, w, mode=mode: handle(model, mode, r, w), "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         lat = await load(port, clients, seconds)
         server.close()

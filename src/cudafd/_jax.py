@@ -49,7 +49,7 @@ def _leaves(x: Any) -> list[Any]:
 
         return [leaf for leaf in jax.tree_util.tree_leaves(x) if hasattr(leaf, "is_ready")]
     except ImportError:
-        raise TypeError(f"cudafd.jax_ready needs a jax.Array (or a pytree of them), got {type(x).__qualname__}")
+        raise TypeError(f"cudafd.jax_ready needs a jax.Array (or a pytree of them), got {type(x).__qualname__}") from None
 
 
 async def jax_ready(x: Any) -> Any:
