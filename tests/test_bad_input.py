@@ -88,3 +88,12 @@ def test_proactor_like_loop_is_refused(dev):
             loop.run_until_complete(cudafd.wait(s))
     finally:
         loop.close()
+
+
+def test_handle_out_of_range_and_bad_token(mechanism):
+    with pytest.raises(ValueError, match="64-bit"):
+        cudafd.fence(1 << 64, mechanism=mechanism)
+    with cudafd.Notifier(mechanism) as n:
+        with pytest.raises(TypeError):
+            n.cancel("a token")
+        assert n.cancel(12345) is False

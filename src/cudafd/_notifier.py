@@ -157,7 +157,10 @@ class Notifier:
 
         Returns True if the wait was still pending, False if it had already
         finished (its result is discarded) or the token is unknown.
+        Raises TypeError for something that is not an int token.
         """
+        if isinstance(token, bool) or not isinstance(token, int):
+            raise TypeError(f"a wait token is an int from watch(), not {type(token).__qualname__}")
         with self._lock:
             if token not in self._pending:
                 return False

@@ -91,8 +91,8 @@ def handle_int(h: object, what: str = "handle") -> int:
             value = int(h)  # type: ignore[call-overload]
         except (TypeError, ValueError) as exc:
             raise TypeError(f"{what}: cannot read a CUDA handle from {type(h).__qualname__}") from exc
-    if value < 0:
-        raise ValueError(f"{what} must be >= 0, got {value}")
+    if not 0 <= value < 1 << 64:
+        raise ValueError(f"{what} must be a 64-bit handle (0 <= h < 2**64), got {value}")
     return value
 
 
@@ -112,8 +112,8 @@ def _cuda_stream_protocol(obj: object) -> Target:
 
 def _int_handle(obj: object) -> Target:
     value = operator.index(obj)  # type: ignore[arg-type]
-    if value < 0:
-        raise ValueError(f"a stream handle must be >= 0, got {value}")
+    if not 0 <= value < 1 << 64:
+        raise ValueError(f"a stream handle must be a 64-bit handle (0 <= h < 2**64), got {value}")
     return Target("stream", value, obj)
 
 
