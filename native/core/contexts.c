@@ -116,6 +116,17 @@ void cfd_quiesce_locked(void)
 
 void cfd_ctx_release(cfd_ctx *cx) { cx->nwaits--; }
 
+void cfd_probe_begin(void) { g.probing++; }
+
+/* Waits that finished during the probe pooled their events instead of
+ * destroying them; if the last notifier closed meanwhile, nothing else would
+ * retire them, so the probe that held them does. */
+void cfd_probe_end(void)
+{
+    if (--g.probing == 0 && g.nopen == 0)
+        cfd_quiesce_locked();
+}
+
 int cfd_side_stream(cfd_ctx *cx, uintptr_t key, CUstream *out)
 {
     unsigned i = (unsigned)((key * 0x9e3779b97f4a7c15ull) >> 61) % CFD_SIDE_STREAMS;

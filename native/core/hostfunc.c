@@ -168,7 +168,7 @@ static void *watchdog_main(void *arg)
                 batch[k++].token = w->token, batch[k - 1].ev = w->ev, batch[k - 1].ctx = w->cx->ctx;
         if (k == 0)
             continue;
-        g.probing++;
+        cfd_probe_begin();
         pthread_mutex_unlock(&g.mu);
         for (int i = 0; i < k; i++) {
             if (batch[i].ctx != current && cu.cuCtxSetCurrent(batch[i].ctx) == CUDA_SUCCESS)
@@ -176,7 +176,7 @@ static void *watchdog_main(void *arg)
             batch[i].r = cu.cuEventQuery(batch[i].ev);
         }
         pthread_mutex_lock(&g.mu);
-        g.probing--;
+        cfd_probe_end();
         for (int i = 0; i < k; i++) {
             if (batch[i].r == CUDA_SUCCESS || batch[i].r == CUDA_ERROR_NOT_READY)
                 continue;

@@ -65,6 +65,8 @@ CUevent cfd_ctx_take_event(cfd_ctx *cx);          /* g.mu held; NULL if pool emp
 void cfd_ctx_give_event(cfd_ctx *cx, CUevent ev); /* g.mu held; the event is idle */
 void cfd_ctx_release(cfd_ctx *cx);                /* g.mu held; drops one nwaits */
 void cfd_quiesce_locked(void);                    /* g.mu held: retire idle pools if nothing is open */
+void cfd_probe_begin(void);                       /* g.mu held: keep events and records alive while unlocked */
+void cfd_probe_end(void);                         /* g.mu held: ends a probe, retires what it kept alive */
 int cfd_event_create(CUevent *ev);                /* caller's context current */
 /* A side stream of cx chosen by key (created on first use); cx->ctx current. */
 int cfd_side_stream(cfd_ctx *cx, uintptr_t key, CUstream *out);

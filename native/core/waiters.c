@@ -168,14 +168,14 @@ static void check_health(void)
         }
     if (k == 0)
         return;
-    g.probing++; /* keeps these events and context records alive while unlocked */
+    cfd_probe_begin(); /* keeps these events and context records alive while unlocked */
     pthread_mutex_unlock(&g.mu);
     for (int i = 0; i < k; i++) {
         cu.cuCtxSetCurrent(probe[i].ctx);
         probe[i].r = cu.cuEventQuery(probe[i].ev);
     }
     pthread_mutex_lock(&g.mu);
-    g.probing--;
+    cfd_probe_end();
     for (int i = 0; i < k; i++)
         if (probe[i].r != CUDA_SUCCESS && probe[i].r != CUDA_ERROR_NOT_READY)
             cfd_note_fault(owner[i], probe[i].r);
