@@ -120,6 +120,14 @@ int cudafd_watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token);
  * current context hosts the wait (a side stream of it waits for the event;
  * the event may belong to another context); one must be current. */
 int cudafd_watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token);
+/* Already passed? 1 when every piece of work enqueued on `stream` so far has
+ * finished without error, else 0: still running, faulted, or not a live
+ * stream (watch it to learn which). A cheap check before a watch, so a wait
+ * on work that is already done costs no event, no thread and no fd wake.
+ * Never fails (0 also when the driver cannot be loaded). */
+int cudafd_stream_done(uintptr_t stream);
+/* The same for an event's latest record: 1 when it completed without error. */
+int cudafd_event_done(uintptr_t event);
 /* Detach a pending wait: it will not be reported. The GPU work is unaffected. */
 int cudafd_cancel(cudafd_notifier *n, uint64_t token);
 /* Move up to `max` completions into out[]; returns how many (>= 0), or

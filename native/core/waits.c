@@ -510,6 +510,19 @@ CFD_API int cudafd_watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *to
     return rc;
 }
 
+/* The fast path before a watch: no lock, no context switch, one driver call.
+ * Any answer but CUDA_SUCCESS (busy, a fault, a bad handle, no current
+ * context for a default stream) means "watch it": the watch reports errors. */
+CFD_API int cudafd_stream_done(uintptr_t stream)
+{
+    return cfd_driver_ready() == CUDAFD_OK && cu.cuStreamQuery((CUstream)stream) == CUDA_SUCCESS;
+}
+
+CFD_API int cudafd_event_done(uintptr_t event)
+{
+    return event && cfd_driver_ready() == CUDAFD_OK && cu.cuEventQuery((CUevent)event) == CUDA_SUCCESS;
+}
+
 CFD_API int cudafd_cancel(cudafd_notifier *n, uint64_t token)
 {
     if (!n)

@@ -13,6 +13,14 @@ nothing finishes, back to 50 µs on progress. (Known limit: asyncio's
 selector rounds sub-millisecond timeouts up to 1 ms, so under plain asyncio
 "poll" wakes at best once per millisecond; uvloop does not round up.)
 
+Work already over: a lone wait first asks the driver whether the target has
+finished (one cuStreamQuery / cuEventQuery, no event recorded). If so it
+returns without suspending, as awaiting a done future does; one such wait
+in QUICK_YIELD_EVERY yields to the loop anyway, so a coroutine that launches
+tiny kernels and awaits them in a loop cannot starve the other tasks. On
+an H200 a tiny kernel has finished by the time its launch call returned
+through ctypes, so this is the common case for short work.
+
 Short waits: waking a loop thread that sleeps in epoll costs 10-50 µs on
 the virtual machines most GPUs live in (DESIGN.md, "Floor"): as much as the
 whole wait, and a future plus its task switch costs several more. So a wait
@@ -78,6 +86,7 @@ SPIN_START = 100e-6
 SPIN_MIN = 10e-6  # below this the window is off
 SPIN_PROBE = 30e-6
 SPIN_PROBE_EVERY = 64  # waits between probes while the window is off
+QUICK_YIELD_EVERY = 8  # a yield after this many waits in a row that did not need to suspend
 
 _NO_READER = (
     "this event loop cannot watch file descriptors (no add_reader: the Windows "
@@ -135,13 +144,14 @@ class Dispatcher:
         "_inline",
         "_seq",
         "_seen",
+        "_quick",
         "__weakref__",
     )
 
     def __init__(self, notifier: Notifier) -> None:
         self._notifier = notifier
         self._futures: dict[int, asyncio.Future[None]] = {}
-        self._watch = notifier.watch
+        self._watch = notifier._watch
         self._cancel = notifier.cancel
         self._drain = notifier.drain
         self._poll = notifier.poll
@@ -159,12 +169,21 @@ class Dispatcher:
         backend = notifier._backend
         self._seq = getattr(backend, "seq", None)  # the core's completion counter, if native
         self._seen = -1
+        self._quick = 0  # waits in a row that were over before they began
         notifier._add_close_hook(self._notifier_closed)
 
     async def wait(self, loop: asyncio.AbstractEventLoop, target: object) -> None:
         """Watch ``target`` and wait for it; cancellation detaches the wait (GPU work goes on)."""
-        token = self._watch(target)
-        window = self._inline_window()
+        lone = not self._futures and not self._inline
+        token = self._watch(target, lone)
+        if not token:  # a lone wait on work that is already over: no event, no yield
+            self._quick += 1
+            if self._quick >= QUICK_YIELD_EVERY:  # but never starve the loop
+                self._quick = 0
+                await asyncio.sleep(0)
+            return
+        self._quick = 0
+        window = self._inline_window() if lone else 0.0
         if window and await self._wait_inline(token, window):
             return
         fut = loop.create_future()
@@ -189,13 +208,11 @@ class Dispatcher:
     # ---- inline spin for short waits ----
 
     def _inline_window(self) -> float:
-        """This wait's spin window in seconds (0: park on a future at once).
+        """A lone wait's spin window in seconds (0: park on a future at once).
 
         Only a lone wait spins inline: with others pending, futures keep the
         waits on one stream resuming in the order they were started.
         """
-        if self._futures or self._inline:
-            return 0.0
         window = self._window
         if window >= SPIN_MIN:
             return window

@@ -33,6 +33,14 @@ class Backend(Protocol):
         """Watch the event's latest record (ctx: the context to make current, 0 = as is)."""
         ...
 
+    def stream_done(self, handle: int) -> bool:
+        """True when all work enqueued on the stream so far finished without error (False: watch it)."""
+        ...
+
+    def event_done(self, handle: int) -> bool:
+        """True when the event's latest record finished without error (False: watch it)."""
+        ...
+
     def cancel(self, token: int) -> bool:
         """Detach a wait: True if it was pending, False if it had completed (queued) or is unknown."""
         ...

@@ -89,6 +89,8 @@ _PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "cudafd_watch_stream": (c_int, [c_void_p, c_size_t, POINTER(c_uint64)]),
     "cudafd_watch_event": (c_int, [c_void_p, c_size_t, POINTER(c_uint64)]),
     "cudafd_cancel": (c_int, [c_void_p, c_uint64]),
+    "cudafd_stream_done": (c_int, [c_size_t]),
+    "cudafd_event_done": (c_int, [c_size_t]),
     "cudafd_drain": (c_int, [c_void_p, POINTER(Completion), c_int]),
     "cudafd_notifier_pending": (c_int, [c_void_p]),
     "cudafd_notifier_close": (c_int, [c_void_p]),

@@ -52,6 +52,8 @@ class NativeBackend:
         self._c_watch_event = lib.cudafd_watch_event
         self._c_drain = lib.cudafd_drain
         self._c_cancel = lib.cudafd_cancel
+        self.stream_done = lib.cudafd_stream_done  # ctypes returns 0/1: a bool in all but type
+        self.event_done = lib.cudafd_event_done
 
     def fileno(self) -> int:
         return self._fd

@@ -133,15 +133,28 @@ class Notifier:
         the driver refuses (a dead handle, a context that already faulted),
         ClosedError after close().
         """
+        return self._watch(target, False)
+
+    def _watch(self, target: object, unless_done: bool) -> int:
+        """watch(); with ``unless_done``, 0 instead (and no wait) when the
+        target already finished without error: one driver query, no event.
+        Loop adapters use it for a lone wait (resume order is not at stake)."""
         t = resolve(target)
         with self._lock:
             if self._closed:
                 raise ClosedError("watch() on a closed Notifier")
             kind = t.kind
+            backend = self._backend
             if kind == "stream":
-                token = self._backend.watch_stream(t.handle)  # type: ignore[union-attr]
+                if unless_done and backend.stream_done(t.handle):  # type: ignore[union-attr]
+                    return 0
+                token = backend.watch_stream(t.handle)  # type: ignore[union-attr]
             elif kind == "event":
-                token = self._backend.watch_event(t.handle, t.ctx)  # type: ignore[union-attr]
+                if unless_done and backend.event_done(t.handle):  # type: ignore[union-attr]
+                    return 0
+                token = backend.watch_event(t.handle, t.ctx)  # type: ignore[union-attr]
+            elif unless_done:  # nothing to wait for
+                return 0
             else:  # nothing to wait for: report it at the next drain
                 token = self._next_done
                 self._next_done += 1

@@ -138,6 +138,12 @@ class PollBackend:
         self._lane_of[token] = key
         return token
 
+    def stream_done(self, handle: int) -> bool:
+        return self._get_driver().cuStreamQuery(handle) == 0  # type: ignore[attr-defined]
+
+    def event_done(self, handle: int) -> bool:
+        return bool(handle) and self._get_driver().cuEventQuery(handle) == 0  # type: ignore[attr-defined]
+
     def watch_event(self, handle: int, ctx: int) -> int:
         drv = self._get_driver()
         res = drv.cuEventQuery(handle)  # type: ignore[attr-defined]

@@ -329,7 +329,7 @@ class Dispatcher(_Waiters):
 
     def __init__(self, notifier: Notifier) -> None:
         super().__init__(notifier)
-        self._watch = notifier.watch
+        self._watch = notifier._watch
         self._cancel = notifier.cancel
         self._drain = notifier.drain
         self._poll = notifier.poll
@@ -341,8 +341,11 @@ class Dispatcher(_Waiters):
             key: object = target  # equal targets (one stream's handle, say) share a lane
         except TypeError:
             key = ("id", id(target))
-        token = self._watch(target)
         slots = self._slots
+        token = self._watch(target, not slots)
+        if not token:  # a lone wait on work already over: trio still wants a checkpoint
+            await trio.lowlevel.checkpoint()
+            return
         if not slots:
             try:
                 self._claim()

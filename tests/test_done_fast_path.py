@@ -1,0 +1,130 @@
+"""Work that is already over: the one-query fast path of a lone wait.
+
+A lone wait first asks the driver whether its target has finished; if so it
+returns without recording an event or suspending (asyncio), or with a bare
+checkpoint (trio). These tests pin down when the shortcut may be taken and
+that it never hides a fault or starves the loop."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from support import REAL, run
+from test_fence_notifier import destroy_event, record_event
+
+import cudafd
+from cudafd import _aio, _driver, _lib
+
+
+def test_core_queries(dev):
+    lib = _lib.load()
+    s = dev.stream()
+    assert lib.cudafd_stream_done(s.handle) == 1
+    s.launch(0.2)
+    assert lib.cudafd_stream_done(s.handle) == 0
+    ev = record_event(dev, s)
+    handle = int(ev.handle) if hasattr(ev, "handle") else int(ev)
+    assert lib.cudafd_event_done(handle) == 0
+    s.synchronize()
+    assert lib.cudafd_stream_done(s.handle) == 1
+    assert lib.cudafd_event_done(handle) == 1
+    destroy_event(dev, ev)
+    # a bad handle is "not known to be done": the watch that follows reports it
+    assert lib.cudafd_event_done(0) == 0
+    assert lib.cudafd_stream_done(0xDEAD0000) == 0
+
+
+def test_notifier_skips_the_wait_only_when_asked(dev, mechanism):
+    s = dev.stream()
+    with cudafd.Notifier(mechanism) as n:
+        assert n._watch(s, True) == 0
+        assert n.pending == 0
+        token = n.watch(s)  # a plain watch still queues a completion
+        assert token and n.pending == 1
+        s.launch(0.05)
+        busy = n._watch(s, True)
+        assert busy and n.pending == 2
+        deadline = time.monotonic() + 10
+        got = {}
+        while len(got) < 2 and time.monotonic() < deadline:
+            n.poll()
+            got.update(n.drain())
+            time.sleep(0.001)
+        assert got == {token: None, busy: None}
+
+
+def test_closed_notifier_refuses_even_done_work(dev, mechanism):
+    s = dev.stream()
+    n = cudafd.Notifier(mechanism)
+    n.close()
+    with pytest.raises(cudafd.ClosedError):
+        n._watch(s, True)
+
+
+@pytest.mark.asyncio_only  # trio's contract: test_trio_lone_wait_on_done_work_is_a_checkpoint
+def test_asyncio_lone_wait_on_done_work_does_not_suspend(dev, loop_flavor, mechanism):
+    s = dev.stream()
+
+    async def body(api):
+        coro = api.notifier.wait(s)
+        with pytest.raises(StopIteration):
+            coro.send(None)
+        assert api.notifier.pending == 0
+
+    run(loop_flavor, mechanism, body)
+
+
+@pytest.mark.asyncio_only  # under trio every wait is a checkpoint
+def test_asyncio_done_waits_in_a_row_still_yield(dev, loop_flavor, mechanism):
+    s = dev.stream()
+    rounds = 20 * _aio.QUICK_YIELD_EVERY
+
+    async def body(api):
+        ticks = 0
+
+        async def other():
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.ensure_future(other())
+        await asyncio.sleep(0)
+        before = ticks
+        for _ in range(rounds):
+            await api.notifier.wait(s)
+        task.cancel()
+        assert ticks - before >= rounds // _aio.QUICK_YIELD_EVERY - 1
+
+    run(loop_flavor, mechanism, body)
+
+
+def test_trio_lone_wait_on_done_work_is_a_checkpoint(dev, mechanism):
+    trio = pytest.importorskip("trio", reason="trio is not installed")
+    s = dev.stream()
+
+    async def body(api):
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await api.notifier.wait(s)
+            raise AssertionError("the wait returned inside a cancelled scope")
+        assert scope.cancelled_caught
+
+    run("trio", mechanism, body)
+
+
+@pytest.mark.skipif(REAL, reason="a fault poisons the GPU's primary context: test_faults runs real faults in subprocesses")
+def test_lone_wait_after_a_fault_still_raises(dev, flavor, mechanism):
+    s = dev.stream()
+    s.launch(0.001, fault=True)
+    with _driver.pushed(dev.ctx):
+        deadline = time.monotonic() + 5
+        while dev.drv.cuStreamQuery(s.handle) == _driver.CUDA_ERROR_NOT_READY and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+    async def body(api):
+        with pytest.raises(cudafd.CudaError):
+            await api.wait(s)
+
+    run(flavor, mechanism, body)
