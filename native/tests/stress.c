@@ -185,6 +185,7 @@ struct thread_arg {
     CUstream stream;
     int count;
     int ok;
+    int early; /* stream_done said 1 right after a launch: the kernel was that quick */
 };
 
 static void *watcher(void *p)
@@ -193,6 +194,8 @@ static void *watcher(void *p)
     for (int i = 0; i < a->count; i++) {
         uint64_t t;
         sim_launch(a->stream, 20000, 0);
+        if (cudafd_stream_done((uintptr_t)a->stream)) /* the fast path, racing the watchers */
+            a->early++;
         if (cudafd_watch_stream(a->n, (uintptr_t)a->stream, &t) == CUDAFD_OK)
             a->ok++;
     }
@@ -206,7 +209,7 @@ static void test_threads(int mech, CUcontext ctx)
     pthread_t th[4];
     struct thread_arg args[4];
     for (int i = 0; i < 4; i++) {
-        args[i] = (struct thread_arg){n, new_stream(ctx), 200, 0};
+        args[i] = (struct thread_arg){n, new_stream(ctx), 200, 0, 0};
         pthread_create(&th[i], NULL, watcher, &args[i]);
     }
     int ok = 0;
@@ -218,6 +221,9 @@ static void test_threads(int mech, CUcontext ctx)
     cudafd_completion got[800];
     int have = collect(n, got, ok, 20.0);
     CHECK(have == ok, "mech %d: %d of %d from threads", mech, have, ok);
+    for (int i = 0; i < 4; i++) /* every watch came back, so every stream is idle */
+        CHECK(cudafd_stream_done((uintptr_t)args[i].stream) == 1 && args[i].early < args[i].count,
+              "mech %d: stream_done after the last completion", mech);
     cudafd_notifier_destroy(n);
     for (int i = 0; i < 4; i++)
         sim_stream_destroy(args[i].stream);
