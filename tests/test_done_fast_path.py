@@ -15,6 +15,7 @@ from test_fence_notifier import destroy_event, record_event
 
 import cudafd
 from cudafd import _aio, _driver, _lib
+from cudafd._targets import resolve
 
 
 def test_core_queries(dev):
@@ -38,12 +39,12 @@ def test_core_queries(dev):
 def test_notifier_skips_the_wait_only_when_asked(dev, mechanism):
     s = dev.stream()
     with cudafd.Notifier(mechanism) as n:
-        assert n._watch(s, True) == 0
+        assert n._watch(resolve(s), True) == 0
         assert n.pending == 0
         token = n.watch(s)  # a plain watch still queues a completion
         assert token and n.pending == 1
         s.launch(0.05)
-        busy = n._watch(s, True)
+        busy = n._watch(resolve(s), True)
         assert busy and n.pending == 2
         deadline = time.monotonic() + 10
         got = {}
@@ -59,7 +60,7 @@ def test_closed_notifier_refuses_even_done_work(dev, mechanism):
     n = cudafd.Notifier(mechanism)
     n.close()
     with pytest.raises(cudafd.ClosedError):
-        n._watch(s, True)
+        n._watch(resolve(s), True)
 
 
 @pytest.mark.asyncio_only  # trio's contract: test_trio_lone_wait_on_done_work_is_a_checkpoint

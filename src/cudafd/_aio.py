@@ -67,6 +67,7 @@ from typing import Any
 
 from ._errors import CudafdError
 from ._notifier import Notifier
+from ._targets import Target, resolve
 
 __all__ = [
     "Dispatcher",
@@ -174,8 +175,9 @@ class Dispatcher:
 
     async def wait(self, loop: asyncio.AbstractEventLoop, target: object) -> None:
         """Watch ``target`` and wait for it; cancellation detaches the wait (GPU work goes on)."""
+        t = resolve(target)
         lone = not self._futures and not self._inline
-        token = self._watch(target, lone)
+        token = self._watch(t, lone)
         if not token:  # a lone wait on work that is already over: no event, no yield
             self._quick += 1
             if self._quick >= QUICK_YIELD_EVERY:  # but never starve the loop
@@ -184,7 +186,7 @@ class Dispatcher:
             return
         self._quick = 0
         window = self._inline_window() if lone else 0.0
-        if window and await self._wait_inline(token, window):
+        if window and await self._wait_inline(token, t, window):
             return
         fut = loop.create_future()
         futures = self._futures
@@ -222,8 +224,10 @@ class Dispatcher:
         self._since_probe = 0
         return SPIN_PROBE
 
-    async def _wait_inline(self, token: int, window: float) -> bool:
-        """Spin for ``token`` by yielding to the loop; True once it is reported.
+    async def _wait_inline(self, token: int, t: Target, window: float) -> bool:
+        """Spin for ``token`` by yielding to the loop; True once it is reported,
+        or once the driver says the target is over (the wait is then dropped:
+        with no other wait pending, nothing else depends on its report).
 
         Returns False when the window ran out (the caller then parks on a
         future); raises the wait's exception (CudaError, ClosedError).
@@ -232,6 +236,7 @@ class Dispatcher:
         inline[token] = _PENDING
         deadline = _now() + window
         notifier = self._notifier
+        done_now = notifier._done_now
         try:
             while True:
                 result = inline[token]
@@ -250,6 +255,10 @@ class Dispatcher:
                     self._resolve(self._drain())
                     if inline[token] is not _PENDING:
                         continue
+                if done_now(t):  # ahead of the core's own report
+                    inline[token] = None
+                    self._cancel(token)
+                    continue
                 if _now() >= deadline:
                     break
                 await asyncio.sleep(0)

@@ -41,7 +41,7 @@ from typing import Any
 from . import _lib
 from ._backend import Backend
 from ._errors import ClosedError, CudaError, LibraryError
-from ._targets import resolve
+from ._targets import Target, resolve
 
 __all__ = ["Notifier", "MECHANISMS", "default_mechanism"]
 
@@ -133,13 +133,15 @@ class Notifier:
         the driver refuses (a dead handle, a context that already faulted),
         ClosedError after close().
         """
-        return self._watch(target, False)
+        return self._watch(resolve(target), False)
 
-    def _watch(self, target: object, unless_done: bool) -> int:
-        """watch(); with ``unless_done``, 0 instead (and no wait) when the
-        target already finished without error: one driver query, no event.
-        Loop adapters use it for a lone wait (resume order is not at stake)."""
-        t = resolve(target)
+    # ---- for loop adapters: a lone wait may skip what is already over ----
+
+    def _watch(self, t: Target, unless_done: bool) -> int:
+        """watch() of a resolved target; with ``unless_done``, 0 instead (and
+        no wait) when the target already finished without error: one driver
+        query, no event. Adapters use it for a lone wait (resume order is not
+        at stake then)."""
         with self._lock:
             if self._closed:
                 raise ClosedError("watch() on a closed Notifier")
@@ -164,6 +166,18 @@ class Notifier:
                 self._ready.append(token)
             self._pending[token] = t.keep
         return token
+
+    def _done_now(self, t: Target) -> bool:
+        """True when ``t`` (stream or event) has finished without error by now: one driver
+        query, no lock. False while it runs, after a fault, or once closed (the wait reports those)."""
+        backend = self._backend
+        if self._closed or backend is None:
+            return False
+        if t.kind == "stream":
+            return bool(backend.stream_done(t.handle))
+        if t.kind == "event":
+            return bool(backend.event_done(t.handle))
+        return True
 
     def cancel(self, token: int) -> bool:
         """Detach a wait: its token will never be reported by drain(). The GPU work is not cancelled.

@@ -81,6 +81,7 @@ from trio.lowlevel import (
 
 from ._errors import ClosedError, CudafdError
 from ._notifier import Notifier
+from ._targets import resolve
 
 if TYPE_CHECKING:
     from ._fence import Fence
@@ -342,7 +343,7 @@ class Dispatcher(_Waiters):
         except TypeError:
             key = ("id", id(target))
         slots = self._slots
-        token = self._watch(target, not slots)
+        token = self._watch(resolve(target), not slots)
         if not token:  # a lone wait on work already over: trio still wants a checkpoint
             await trio.lowlevel.checkpoint()
             return
