@@ -157,8 +157,10 @@ void cudafd_notifier_destroy(cudafd_notifier *n);
  *   7 completed  completions delivered
  *   8 spun       completions found by the polling waiter
  *   9 blocked    completions found by a blocking waiter
- *  10 faults     completions with a nonzero status */
-#define CUDAFD_STAT_COUNT 11
+ *  10 faults     completions with a nonzero status
+ *  11 direct     waits handed straight to a blocking waiter, without the
+ *                poller's spin (the adaptive budget said waits are long) */
+#define CUDAFD_STAT_COUNT 12
 const char *cudafd_stat_name(int index);
 /* Fill out[0..n) with the counts; returns how many were filled. */
 int cudafd_stats(int64_t *out, int n);

@@ -16,11 +16,12 @@ struct cfd_global g = {
     .linger_ns = 200 * 1000,
     .watchdog_ns = 10 * 1000 * 1000,
     .max_threads = 32,
+    .spin_budget = -1,
 };
 
 static const char *const stat_names[CUDAFD_STAT_COUNT] = {
     "threads", "events", "eventfds", "pending", "notifiers", "contexts", "streams",
-    "completed", "spun", "blocked", "faults",
+    "completed", "spun", "blocked", "faults", "direct",
 };
 
 CFD_API const char *cudafd_stat_name(int index)

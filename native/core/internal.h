@@ -103,7 +103,9 @@ typedef struct cfd_lane {
     int state;
     bool polling;     /* the poller holds a snapshot of head */
     bool queued;      /* in the blocker queue */
-    int64_t since;    /* when the current head became head */
+    int64_t since;    /* when the current head became head, or (SPIN) the poller first saw it */
+    bool looked;      /* SPIN: the poller has seen this lane since it entered the spin list */
+    bool probe;       /* SPIN: spin for the whole spin_ns (a probe of whether waits got short) */
     int64_t next_poll; /* SLOW: next slow query */
     int64_t backoff;   /* SLOW: current interval */
 } cfd_lane;
@@ -149,6 +151,9 @@ struct cfd_global {
     /* poller */
     pthread_cond_t poller_cv;
     bool poller_running, poller_sleeping;
+    bool poller_timed;               /* sleeping with a deadline at most HEALTH_NS away */
+    int64_t spin_budget;             /* adaptive, at most spin_ns (waiters.c); -1: not set yet */
+    unsigned direct_probe;           /* counts direct handoffs: every 16th spins instead */
     cfd_lane *spin_list, *slow_list; /* doubly linked via lprev/lnext */
     cfd_lane *blocked_list;          /* lanes a blocking waiter holds, same links */
     atomic_int nspin;                /* lanes in spin_list, read without g.mu */
@@ -174,7 +179,7 @@ extern struct cfd_global g;
 
 enum {
     ST_THREADS, ST_EVENTS, ST_EVENTFDS, ST_PENDING, ST_NOTIFIERS, ST_CONTEXTS, ST_STREAMS,
-    ST_COMPLETED, ST_SPUN, ST_BLOCKED, ST_FAULTS
+    ST_COMPLETED, ST_SPUN, ST_BLOCKED, ST_FAULTS, ST_DIRECT
 };
 
 static inline void cfd_count(int index, int64_t delta)

@@ -11,15 +11,24 @@
  *
  * A lane whose head is still pending after the spin budget (event mechanism
  * only; the spin mechanism never gives up) moves to the slow list. The budget
- * adapts between 5 us and CUDAFD_OPT_SPIN_NS: it halves each time a wait
- * outlasts it and grows by half each time the poller finds a wait done, so a
- * stream of 2 ms waits stops costing 50 us of spinning each. The lane is
- * then offered to a pool of blocking waiters, capped at
+ * adapts between 5 us and CUDAFD_OPT_SPIN_NS, counted from the poller's first
+ * look at the wait (its own wake-up is not spinning): it halves each time a
+ * wait outlasts it and grows (by half, and to at least twice the spin that
+ * paid) each time the poller finds a wait done, so a stream of 2 ms waits
+ * stops costing 50 us of spinning each. The lane is then offered to a pool
+ * of blocking waiters, capped at
  * CUDAFD_OPT_MAX_THREADS. A blocking waiter sleeps in cuEventSynchronize on a
  * CU_EVENT_BLOCKING_SYNC event, so a long wait costs no CPU, and one long
  * kernel never delays another lane while the cap is not reached. Lanes beyond
  * the cap are queried by the poller with exponential backoff (0.2 to 2 ms),
  * so even then a completion or a fault is noticed; nothing can hang.
+ *
+ * Long waits skip the poller: once the budget sits at its floor (waits keep
+ * outlasting it), a new lane goes straight to the blocking waiters, so a
+ * long wait wakes one thread less (stat "direct"). The poller then sleeps
+ * with its health deadline and is not woken for it. Every 16th such lane is
+ * a probe that spins for the whole CUDAFD_OPT_SPIN_NS, so the budget grows
+ * back when waits get short again.
  *
  * Ownership: a lane in the spin or slow list is owned by the poller, which
  * alone pops its head; a blocker takes a slow lane (state BLOCKED) only when
@@ -74,9 +83,44 @@ static void list_del(cfd_lane **list, cfd_lane *l)
 }
 
 
+static bool offer_to_blockers(cfd_lane *l);
+static bool enter_slow(cfd_lane *l, int64_t now);
+
+static void wake_poller_if_untimed(void)
+{
+    if (g.poller_sleeping && !g.poller_timed)
+        pthread_cond_signal(&g.poller_cv);
+}
+
+/* Waits have been outlasting the shortest spin budget: hand this lane to a
+ * blocking waiter at once. The poller is not woken (one thread wake less
+ * per long wait); it is sleeping with a deadline already, or is woken here
+ * when it is not, since it checks blocked lanes for faults on a timer. Every
+ * 16th lane spins instead, as the probe that notices when waits got short. */
+static bool activate_direct(cfd_lane *l)
+{
+    if (l->mech != CUDAFD_MECH_EVENT || !g.poller_running || g.spin_budget < 0 ||
+        g.spin_budget > SPIN_FLOOR_NS || (g.idle_blockers == 0 && g.nblockers >= g.max_threads))
+        return false;
+    if ((++g.direct_probe & 15) == 0) {
+        l->probe = true;
+        return false;
+    }
+    if (enter_slow(l, cfd_now_ns()))
+        wake_poller_if_untimed();
+    else if (g.poller_sleeping) /* no blocker will come: the poller queries it */
+        pthread_cond_signal(&g.poller_cv);
+    cfd_count(ST_DIRECT, 1);
+    return true;
+}
+
 int cfd_lane_activate(cfd_lane *l)
 {
     atomic_fetch_add_explicit(&g.activity, 1, memory_order_release);
+    l->probe = false;
+    if (activate_direct(l))
+        return CUDAFD_OK;
+    l->looked = false;
     l->state = LANE_SPIN;
     list_add(&g.spin_list, l);
     atomic_fetch_add(&g.nspin, 1);
@@ -96,10 +140,10 @@ int cfd_lane_activate(cfd_lane *l)
 }
 
 /* Offer a slow lane to the blocking waiters, starting one if none is idle. */
-static void offer_to_blockers(cfd_lane *l)
+static bool offer_to_blockers(cfd_lane *l)
 {
     if (l->queued)
-        return;
+        return true;
     l->queued = true;
     l->qnext = NULL;
     if (g.bq_tail)
@@ -107,11 +151,15 @@ static void offer_to_blockers(cfd_lane *l)
     else
         g.bq_head = l;
     g.bq_tail = l;
-    if (g.idle_blockers > 0)
+    if (g.idle_blockers > 0) {
         pthread_cond_signal(&g.blocker_cv);
-    else if (g.nblockers < g.max_threads && cfd_start_thread(blocker_main, "cudafd-blocker") == CUDAFD_OK)
+        return true;
+    }
+    if (g.nblockers < g.max_threads && cfd_start_thread(blocker_main, "cudafd-blocker") == CUDAFD_OK) {
         g.nblockers++;
-    /* else: the poller keeps querying it with backoff until a blocker is free */
+        return true;
+    }
+    return false; /* the poller keeps querying it with backoff until a blocker is free */
 }
 
 /* Leave the poller's lists; free the lane if nothing else refers to it. */
@@ -128,15 +176,21 @@ static void retire_lane(cfd_lane *l)
         cfd_lane_free(l);
 }
 
-static void to_slow(cfd_lane *l, int64_t now)
+/* Into the slow list, offered to the blockers; false if no blocker will come for it. */
+static bool enter_slow(cfd_lane *l, int64_t now)
 {
-    list_del(&g.spin_list, l);
-    atomic_fetch_sub(&g.nspin, 1);
     l->state = LANE_SLOW;
     l->backoff = SLOW_FIRST_NS;
     l->next_poll = now + l->backoff;
     list_add(&g.slow_list, l);
-    offer_to_blockers(l);
+    return offer_to_blockers(l);
+}
+
+static void to_slow(cfd_lane *l, int64_t now)
+{
+    list_del(&g.spin_list, l);
+    atomic_fetch_sub(&g.nspin, 1);
+    enter_slow(l, now);
 }
 
 static void to_spin(cfd_lane *l, int64_t now)
@@ -144,6 +198,7 @@ static void to_spin(cfd_lane *l, int64_t now)
     list_del(&g.slow_list, l);
     l->state = LANE_SPIN;
     l->since = now;
+    l->looked = false;
     list_add(&g.spin_list, l);
     atomic_fetch_add(&g.nspin, 1);
 }
@@ -181,22 +236,39 @@ static void check_health(void)
             cfd_note_fault(owner[i], probe[i].r);
 }
 
+/* The budget after a wait was found `spun` ns into its spin: half again, and
+ * at least twice what this one took, within [floor, spin_ns]. */
+static int64_t grown(int64_t budget, int64_t spun)
+{
+    int64_t more = budget < SPIN_FLOOR_NS ? SPIN_FLOOR_NS : budget + budget / 2;
+    if (more < 2 * spun)
+        more = 2 * spun;
+    return more < g.spin_ns ? more : g.spin_ns;
+}
+
 static void *poller_main(void *arg)
 {
     static struct snap snap[SNAP_MAX]; /* one poller at a time */
     CUcontext current = NULL;
     int64_t last_done = 0;
     pthread_mutex_lock(&g.mu);
-    int64_t spin_budget = g.spin_ns;
+    if (g.spin_budget < 0 || g.spin_budget > g.spin_ns)
+        g.spin_budget = g.spin_ns;
     int64_t next_health = 0;
     for (;;) {
-        if (spin_budget > g.spin_ns)
-            spin_budget = g.spin_ns;
+        if (g.spin_budget > g.spin_ns)
+            g.spin_budget = g.spin_ns;
+        int64_t spin_budget = g.spin_budget;
         int64_t now = cfd_now_ns();
         int k = 0;
         int64_t next_slow = INT64_MAX;
-        for (cfd_lane *l = g.spin_list; l && k < SNAP_MAX; l = l->lnext)
+        for (cfd_lane *l = g.spin_list; l && k < SNAP_MAX; l = l->lnext) {
+            if (!l->looked) { /* the budget counts from here: the poller's own wake-up is not spin */
+                l->looked = true;
+                l->since = now;
+            }
             snap[k++] = (struct snap){l, l->head->ev, l->head->cx->ctx, 0};
+        }
         for (cfd_lane *l = g.slow_list; l && k < SNAP_MAX; l = l->lnext) {
             if (l->next_poll <= now)
                 snap[k++] = (struct snap){l, l->head->ev, l->head->cx->ctx, 0};
@@ -209,8 +281,12 @@ static void *poller_main(void *arg)
             next_health = cfd_now_ns() + HEALTH_NS;
             continue;
         }
-        if (g.blocked_list && next_health < next_slow)
-            next_slow = next_health;
+        if (g.blocked_list || g.bq_head) { /* blocked lanes, or lanes about to be: a health timer */
+            if (next_health <= now)
+                next_health = now + HEALTH_NS;
+            if (next_health < next_slow)
+                next_slow = next_health;
+        }
         if (k == 0) {
             if (!g.slow_list && g.nopen == 0)
                 break;
@@ -225,11 +301,12 @@ static void *poller_main(void *arg)
                 continue;
             }
             g.poller_sleeping = true;
+            g.poller_timed = next_slow - now <= HEALTH_NS;
             if (next_slow == INT64_MAX)
                 pthread_cond_wait(&g.poller_cv, &g.mu);
             else
                 cfd_cond_wait_ns(&g.poller_cv, next_slow - now);
-            g.poller_sleeping = false;
+            g.poller_sleeping = g.poller_timed = false;
             continue;
         }
         for (int i = 0; i < k; i++)
@@ -262,8 +339,10 @@ static void *poller_main(void *arg)
             cfd_lane *l = snap[i].lane;
             l->polling = false;
             if (snap[i].r != CUDA_ERROR_NOT_READY) {
-                if (l->state == LANE_SPIN) /* found while spinning: spinning pays here */
-                    spin_budget = spin_budget + spin_budget / 2 < g.spin_ns ? spin_budget + spin_budget / 2 : g.spin_ns;
+                if (l->state == LANE_SPIN) { /* found while spinning: spinning pays here */
+                    g.spin_budget = spin_budget = grown(spin_budget, now - l->since);
+                    l->probe = false;
+                }
                 cfd_lane_pop(l, snap[i].r);
                 cfd_count(ST_SPUN, 1);
                 progress = true;
@@ -272,9 +351,10 @@ static void *poller_main(void *arg)
                 else if (l->state == LANE_SLOW)
                     to_spin(l, now); /* its next waits are likely done too */
             } else if (l->state == LANE_SPIN) {
-                if (l->mech == CUDAFD_MECH_EVENT && now - l->since > spin_budget) {
+                if (l->mech == CUDAFD_MECH_EVENT && now - l->since > (l->probe ? g.spin_ns : spin_budget)) {
+                    l->probe = false;
                     to_slow(l, now);
-                    spin_budget = spin_budget / 2 > SPIN_FLOOR_NS ? spin_budget / 2 : SPIN_FLOOR_NS;
+                    g.spin_budget = spin_budget = spin_budget / 2 > SPIN_FLOOR_NS ? spin_budget / 2 : SPIN_FLOOR_NS;
                 }
             } else {
                 l->backoff = l->backoff * 2 > SLOW_MAX_NS ? SLOW_MAX_NS : l->backoff * 2;
@@ -334,8 +414,7 @@ static void *blocker_main(void *arg)
         list_del(&g.slow_list, l);
         l->state = LANE_BLOCKED;
         list_add(&g.blocked_list, l);
-        if (g.poller_sleeping) /* it checks blocked lanes for faults on a timer */
-            pthread_cond_signal(&g.poller_cv);
+        wake_poller_if_untimed(); /* it checks blocked lanes for faults on a timer */
         bool block = true;
         while (l->head) {
             CUevent ev = l->head->ev;

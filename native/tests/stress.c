@@ -419,8 +419,8 @@ static void check_counts_zero(void)
     }
     for (int i = 0; i <= 6; i++)
         CHECK(st[i] == 0, "%s = %lld at the end", cudafd_stat_name(i), (long long)st[i]);
-    printf("stress: completed %lld (spun %lld, blocked %lld, faults %lld)\n", (long long)st[7],
-           (long long)st[8], (long long)st[9], (long long)st[10]);
+    printf("stress: completed %lld (spun %lld, blocked %lld of which direct %lld, faults %lld)\n",
+           (long long)st[7], (long long)st[8], (long long)st[9], (long long)st[11], (long long)st[10]);
 }
 
 int main(void)
