@@ -22,6 +22,8 @@ if [[ $want == *bench* ]]; then
   echo "== bench/await_breakdown.py" >> "$OUT/bench.log"
   timeout 120 python3 bench/await_breakdown.py >> "$OUT/bench.log" 2>&1
   summary+=("await breakdown:" "$(sed -n '/await_breakdown/,$p' "$OUT/bench.log")")
+  timeout 120 python3 bench/wait_cost.py --json "$OUT/wait-cost.json" > "$OUT/wait-cost.txt" 2>&1
+  summary+=("wait cost (2 ms kernels):" "$(cat "$OUT/wait-cost.txt")")
 fi
 if [[ $want == *tests* ]]; then
   (cd tests && CUDAFD_TEST_DRIVER=real timeout 400 python3 -m pytest -q -p no:cacheprovider --ignore=test_native.py --ignore=test_bench.py -rfE) > "$OUT/pytest-real.log" 2>&1
