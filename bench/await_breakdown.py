@@ -8,6 +8,8 @@ Steps, each measured alone on one stream with a 0 ns spin kernel:
   to-drain      launch + watch, then busy drain() until the token comes back:
                 the core's detection + queue, without any event loop
   to-drain-spin the same with the "spin" mechanism
+  stream-done   cudafd_stream_done right after the launch (and how often the
+                kernel had already finished then: the await fast path)
   sync-floor    launch + cuEventRecord + spinning cuEventSynchronize
   await         launch + await Notifier.wait(stream) under asyncio
   await-uvloop  the same under uvloop
@@ -21,7 +23,7 @@ import statistics
 import time
 
 import cudafd
-from cudafd import _driver, _kernels
+from cudafd import _driver, _kernels, _lib
 
 ns = time.perf_counter_ns
 
@@ -67,6 +69,19 @@ def main() -> None:
                     rec("watch", t2 - t1)
                 rec("to-drain" if mech == "event" else "to-drain-spin", t3 - t0)
         n.close()
+    lib = _lib.load()
+    done_at_once = 0
+    for i in range(rounds):
+        t0 = ns()
+        _kernels.launch_spin(stream, 0)
+        t1 = ns()
+        done = lib.cudafd_stream_done(stream)
+        t2 = ns()
+        done_at_once += done
+        drv.cuStreamSynchronize(stream)
+        if i > 100:
+            rec("stream-done", t2 - t1)
+    print(f"done when the launch returned: {done_at_once} of {rounds} tiny kernels")
     for i in range(rounds):
         t0 = ns()
         _kernels.launch_spin(stream, 0)
