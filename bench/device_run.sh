@@ -22,8 +22,10 @@ if [[ $want == *bench* ]]; then
   echo "== bench/await_breakdown.py" >> "$OUT/bench.log"
   timeout 120 python3 bench/await_breakdown.py >> "$OUT/bench.log" 2>&1
   summary+=("await breakdown:" "$(sed -n '/await_breakdown/,$p' "$OUT/bench.log")")
-  timeout 120 python3 bench/wait_cost.py --json "$OUT/wait-cost.json" > "$OUT/wait-cost.txt" 2>&1
-  summary+=("wait cost (2 ms kernels):" "$(cat "$OUT/wait-cost.txt")")
+  # probes for the CPU and bubble figures (bench/README.md); one file: the device returns few
+  { echo "== bench/wait_cost.py"; timeout 120 python3 bench/wait_cost.py
+    echo "== bench/record_cost.py"; timeout 120 python3 bench/record_cost.py; } > "$OUT/probes.txt" 2>&1
+  summary+=("probes:" "$(cat "$OUT/probes.txt")")
 fi
 if [[ $want == *tests* ]]; then
   (cd tests && CUDAFD_TEST_DRIVER=real timeout 400 python3 -m pytest -q -p no:cacheprovider --ignore=test_native.py --ignore=test_bench.py -rfE) > "$OUT/pytest-real.log" 2>&1
