@@ -6,12 +6,19 @@ outlasting its floor, new waits go straight to a blocking waiter (stat
 notices when waits got short again. Counts, not timings: these hold on any machine."""
 from __future__ import annotations
 
+import ctypes
 import select
+import time
 
 import cudafd
+from cudafd import _lib
+
+OPT_SPIN_NS = 0  # CUDAFD_OPT_SPIN_NS
 
 
-def _wait_one(n: cudafd.Notifier, stream, seconds: float) -> None:
+def _wait_one(n: cudafd.Notifier, stream, seconds: float, seen: dict | None = None) -> None:
+    """Watch ``stream`` (after a kernel of ``seconds``) and wait for that token;
+    other completions drained meanwhile go into ``seen``."""
     if seconds:
         stream.launch(seconds)
     token = n.watch(stream)
@@ -20,6 +27,8 @@ def _wait_one(n: cudafd.Notifier, stream, seconds: float) -> None:
     while True:
         assert p.poll(10_000), "no completion within 10 s"
         results = dict(n.drain())
+        if seen is not None:
+            seen.update(results)
         if token in results:
             assert results[token] is None
             return
@@ -44,3 +53,38 @@ def test_long_waits_go_straight_to_a_blocker_and_short_ones_spin_again(dev):
         # How many more spin after that depends on this machine's timing.
         assert after["spun"] - mid["spun"] >= 1, (mid, after)
         assert after["direct"] - mid["direct"] < 64, (mid, after)
+
+
+def test_a_long_wait_stays_with_a_poller_that_keeps_finding_work(dev):
+    """While other waits keep completing, the poller keeps querying a long
+    wait instead of waking a blocking waiter for it; once the others stop,
+    the long wait goes to a blocker within the budget."""
+    lib = _lib.load()
+    old = ctypes.c_int64()
+    lib.cudafd_get_option(OPT_SPIN_NS, ctypes.byref(old))
+    lib.cudafd_set_option(OPT_SPIN_NS, 50_000_000)  # a 50 ms budget: slow machines keep up
+    try:
+        long_s, short_s = dev.stream(), dev.stream()
+        with cudafd.Notifier("event") as n:
+            for _ in range(100):  # found at once, pass after pass: the budget grows to its cap
+                _wait_one(n, short_s, 0)
+            seen: dict = {}
+            long_s.launch(0.6)
+            long_token = n.watch(long_s)
+            before = cudafd.stats()
+            end = time.monotonic() + 0.3
+            while time.monotonic() < end:
+                _wait_one(n, short_s, 0, seen)
+            during = cudafd.stats()
+            assert long_token not in seen
+            # no blocking waiter was started for it (blocked counts only finished waits)
+            assert during["threads"] == before["threads"], (before, during)
+            deadline = time.monotonic() + 10
+            while long_token not in seen and time.monotonic() < deadline:
+                select.select([n.fileno()], [], [], 1.0)
+                seen.update(n.drain())
+            assert seen.get(long_token, "missing") is None
+            # alone, it outlasted the budget and a blocking waiter found it
+            assert cudafd.stats()["blocked"] == during["blocked"] + 1
+    finally:
+        lib.cudafd_set_option(OPT_SPIN_NS, old.value)

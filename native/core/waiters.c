@@ -12,11 +12,14 @@
  * A lane whose head is still pending after the spin budget (event mechanism
  * only; the spin mechanism never gives up) moves to the slow list. The budget
  * adapts between 5 us and CUDAFD_OPT_SPIN_NS, counted from the poller's first
- * look at the wait (its own wake-up is not spinning): it halves each time a
- * wait outlasts it and grows (by half, and to at least twice the spin that
- * paid) each time the poller finds a wait done, so a stream of 2 ms waits
- * stops costing 50 us of spinning each. The lane is then offered to a pool
- * of blocking waiters, capped at
+ * look at the wait (its own wake-up is not spinning): it halves after a pass
+ * in which waits outlasted it and grows (by half, and to at least twice the
+ * longest spin that paid) after a pass that found waits done, so a stream of
+ * 2 ms waits stops costing 50 us of spinning each. Spinning is paid per
+ * poller, not per lane: while the poller keeps finding waits done (many busy
+ * streams), no lane gives up, since one more query per sweep costs less than
+ * a blocking waiter's wake. A lane that gives up is offered to a pool of
+ * blocking waiters, capped at
  * CUDAFD_OPT_MAX_THREADS. A blocking waiter sleeps in cuEventSynchronize on a
  * CU_EVENT_BLOCKING_SYNC event, so a long wait costs no CPU, and one long
  * kernel never delays another lane while the cap is not reached. Lanes beyond
@@ -250,7 +253,8 @@ static void *poller_main(void *arg)
 {
     static struct snap snap[SNAP_MAX]; /* one poller at a time */
     CUcontext current = NULL;
-    int64_t last_done = 0;
+    int64_t last_done = 0;  /* for the linger window; 0 once it has passed */
+    int64_t last_found = 0; /* the last pass that found a wait done */
     pthread_mutex_lock(&g.mu);
     if (g.spin_budget < 0 || g.spin_budget > g.spin_ns)
         g.spin_budget = g.spin_ns;
@@ -335,26 +339,35 @@ static void *poller_main(void *arg)
         pthread_mutex_lock(&g.mu);
         now = cfd_now_ns();
         bool progress = false;
+        for (int i = 0; i < k && !progress; i++)
+            progress = snap[i].r != CUDA_ERROR_NOT_READY;
+        if (progress)
+            last_found = now;
+        int64_t spun = -1;     /* the longest spin that paid in this pass */
+        bool gave_up = false;  /* a lane outlasted the budget in this pass */
         for (int i = 0; i < k; i++) {
             cfd_lane *l = snap[i].lane;
             l->polling = false;
             if (snap[i].r != CUDA_ERROR_NOT_READY) {
                 if (l->state == LANE_SPIN) { /* found while spinning: spinning pays here */
-                    g.spin_budget = spin_budget = grown(spin_budget, now - l->since);
+                    if (now - l->since > spun)
+                        spun = now - l->since;
                     l->probe = false;
                 }
                 cfd_lane_pop(l, snap[i].r);
                 cfd_count(ST_SPUN, 1);
-                progress = true;
                 if (!l->head)
                     retire_lane(l);
                 else if (l->state == LANE_SLOW)
                     to_spin(l, now); /* its next waits are likely done too */
             } else if (l->state == LANE_SPIN) {
-                if (l->mech == CUDAFD_MECH_EVENT && now - l->since > (l->probe ? g.spin_ns : spin_budget)) {
+                /* Spinning is paid per poller, not per lane: a lane gives up only
+                 * when it and the poller both went a budget without a completion. */
+                int64_t idle_since = l->since > last_found ? l->since : last_found;
+                if (l->mech == CUDAFD_MECH_EVENT && now - idle_since > (l->probe ? g.spin_ns : spin_budget)) {
                     l->probe = false;
                     to_slow(l, now);
-                    g.spin_budget = spin_budget = spin_budget / 2 > SPIN_FLOOR_NS ? spin_budget / 2 : SPIN_FLOOR_NS;
+                    gave_up = true;
                 }
             } else {
                 l->backoff = l->backoff * 2 > SLOW_MAX_NS ? SLOW_MAX_NS : l->backoff * 2;
@@ -362,6 +375,10 @@ static void *poller_main(void *arg)
                 offer_to_blockers(l); /* no-op if still queued */
             }
         }
+        if (spun >= 0)
+            g.spin_budget = grown(spin_budget, spun);
+        else if (gave_up)
+            g.spin_budget = spin_budget / 2 > SPIN_FLOOR_NS ? spin_budget / 2 : SPIN_FLOOR_NS;
         if (progress)
             last_done = now;
     }
