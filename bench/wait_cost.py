@@ -128,7 +128,7 @@ def main() -> None:
             gpu.launch(s, kernel)
             await n.wait(s)
 
-        measure(f"asyncio_{mech}", waits, kernel, lambda: loop.run_until_complete(one_await()), rows)
+        measure(f"asyncio_{mech}", waits, kernel, lambda loop=loop, f=one_await: loop.run_until_complete(f()), rows)
         n.close()
         loop.run_until_complete(asyncio.sleep(0))
         loop.close()

@@ -24,7 +24,7 @@ from collections.abc import Coroutine
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from . import _aio
+from . import _aio, _aio_fence
 from ._errors import CudafdError
 
 if TYPE_CHECKING:
@@ -177,5 +177,5 @@ async def wait_fence(fence: Fence) -> None:
     if notifier is None:
         fence.result()
         return
-    await _aio.wait_readiness(fence, notifier, fence.done)
+    await _aio_fence.wait_readiness(fence, notifier, fence.done)
     fence.result()
