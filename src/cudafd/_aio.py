@@ -428,16 +428,21 @@ def dispatcher(loop: asyncio.AbstractEventLoop, notifier: Notifier | None) -> Di
     """The Dispatcher of ``notifier`` (default: the loop's own Notifier, created lazily) on ``loop``."""
     if notifier is None:
         return default_dispatcher(loop)
-    table = notifier.__dict__.get("_aio_dispatchers")
+    state = notifier.__dict__
+    last = state.get("_aio_last")  # (weak loop, dispatcher): the common case is one loop
+    if last is not None and last[0]() is loop:
+        return last[1]  # type: ignore[no-any-return]
+    table = state.get("_aio_dispatchers")
     if table is None:
-        table = notifier.__dict__["_aio_dispatchers"] = weakref.WeakKeyDictionary()
+        table = state["_aio_dispatchers"] = weakref.WeakKeyDictionary()
     disp = table.get(loop)
     if disp is None:
         disp = Dispatcher(notifier)
         try:
             table[loop] = disp
         except TypeError:
-            pass  # a loop without weak references: a fresh dispatcher per call still works
+            return disp  # a loop without weak references: a fresh dispatcher per call still works
+    state["_aio_last"] = (weakref.ref(loop), disp)
     return disp
 
 

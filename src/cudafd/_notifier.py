@@ -82,6 +82,18 @@ def _make_backend(mechanism: str) -> tuple[str, Backend]:
     return "poll", PollBackend()
 
 
+_async_wait: Callable[..., Coroutine[Any, Any, None]] | None = None
+
+
+def _load_async_wait() -> Callable[..., Coroutine[Any, Any, None]]:
+    """cudafd.wait, imported on first use (_wait imports this module)."""
+    global _async_wait
+    from ._wait import wait
+
+    _async_wait = wait
+    return wait
+
+
 class Notifier:
     """A pollable fd plus a queue of finished waits (see the module docstring).
 
@@ -310,8 +322,9 @@ class Notifier:
 
     def wait(self, target: object) -> Coroutine[Any, Any, None]:
         """``await n.wait(target)``: cudafd.wait(target, notifier=n)."""
-        from ._wait import wait
-
+        wait = _async_wait
+        if wait is None:
+            wait = _load_async_wait()
         return wait(target, notifier=self)
 
     def __enter__(self) -> Notifier:
