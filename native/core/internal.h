@@ -123,6 +123,9 @@ void cfd_lane_free(cfd_lane *l);                /* an empty lane nobody holds; g
 int cfd_record(cfd_ctx *cx, CUstream stream, CUevent taken, CUevent *out);
 cfd_wait *cfd_wait_new(struct cudafd_notifier *n, cfd_ctx *cx, CUevent ev); /* g.mu held; attached */
 void cfd_wait_discard(cfd_wait *w); /* undo cfd_wait_new before it was published; g.mu held */
+void cfd_wait_detach(cfd_wait *w);  /* from its notifier: it will not be reported; g.mu held */
+/* The lane of (ctx, stream, thread, mech), created empty if new; NULL when out of memory. g.mu held. */
+cfd_lane *cfd_lane_get(CUcontext ctx, uintptr_t stream, uint64_t thread, int mech);
 
 /* ---- notifiers (notifier.c) ---- */
 struct cudafd_notifier {
