@@ -73,7 +73,11 @@ def test_wait_outside_any_loop(dev):
     coro.close()
 
 
-def test_proactor_like_loop_is_refused(dev):
+@pytest.mark.parametrize("kernel_s", [0.001, 0.0], ids=["busy", "already-over"])
+@pytest.mark.parametrize("own_notifier", [False, True], ids=["default", "own"])
+def test_proactor_like_loop_is_refused(dev, kernel_s, own_notifier):
+    """Refused on the first wait whether or not that wait needs the fd:
+    support must not depend on how fast the GPU was."""
     import asyncio
 
     class NoReaderLoop(asyncio.SelectorEventLoop):
@@ -82,12 +86,16 @@ def test_proactor_like_loop_is_refused(dev):
 
     s = dev.stream()
     loop = NoReaderLoop()
+    n = cudafd.Notifier() if own_notifier else None
     try:
-        s.launch(0.001)
+        if kernel_s:
+            s.launch(kernel_s)
         with pytest.raises(cudafd.CudafdError, match="uvloop|selector"):
-            loop.run_until_complete(cudafd.wait(s))
+            loop.run_until_complete(cudafd.wait(s, notifier=n))
     finally:
         loop.close()
+        if n is not None:
+            n.close()
 
 
 def test_handle_out_of_range_and_bad_token(mechanism):

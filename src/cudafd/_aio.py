@@ -392,8 +392,25 @@ _default: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dispatcher] = wea
 _default_strong: dict[asyncio.AbstractEventLoop, Dispatcher] = {}  # loops that refuse weak references
 
 
+def _check_loop(loop: asyncio.AbstractEventLoop, notifier: Notifier) -> None:
+    """Refuse a loop that cannot watch fds, once, when its dispatcher is made:
+    a wait that never needs the fd (work already over, a short inline spin)
+    must not make a loop seem supported."""
+    if not notifier.needs_polling:
+        _remove_reader(loop, notifier, _add_reader(loop, notifier, _ignore))
+
+
+def _ignore() -> None:
+    pass
+
+
 def _new_default_dispatcher(loop: asyncio.AbstractEventLoop) -> Dispatcher:
     notifier = Notifier()
+    try:
+        _check_loop(loop, notifier)
+    except BaseException:
+        notifier.close()
+        raise
     disp = Dispatcher(notifier)
     try:
         _default[loop] = disp
@@ -437,6 +454,7 @@ def dispatcher(loop: asyncio.AbstractEventLoop, notifier: Notifier | None) -> Di
         table = state["_aio_dispatchers"] = weakref.WeakKeyDictionary()
     disp = table.get(loop)
     if disp is None:
+        _check_loop(loop, notifier)
         disp = Dispatcher(notifier)
         try:
             table[loop] = disp
