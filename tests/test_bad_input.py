@@ -105,3 +105,38 @@ def test_handle_out_of_range_and_bad_token(mechanism):
         with pytest.raises(TypeError):
             n.cancel("a token")
         assert n.cancel(12345) is False
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["already-over", "busy"])
+def test_a_notifier_serves_one_loop_at_a_time(dev, busy):
+    """A second loop's wait on a Notifier that another loop is waiting on is
+    refused, even when it would not need the fd; once the first loop's waits
+    are done, the second loop may use it."""
+    import asyncio
+    import threading
+
+    first, other = dev.stream(), dev.stream()
+    n = cudafd.Notifier()
+    waiting = threading.Event()
+    errors = []
+
+    async def first_loop():
+        first.launch(0.3)
+        task = asyncio.ensure_future(n.wait(first))
+        await asyncio.sleep(0)  # the wait is parked on a future now
+        waiting.set()
+        await task
+
+    thread = threading.Thread(target=lambda: errors.append(asyncio.run(first_loop())))
+    thread.start()
+    try:
+        assert waiting.wait(5)
+        if busy:
+            other.launch(0.05)
+        with pytest.raises(cudafd.CudafdError, match="another event loop"):
+            asyncio.run(n.wait(other))
+    finally:
+        thread.join(10)
+    assert errors == [None]
+    asyncio.run(n.wait(other))  # the first loop is done with it
+    n.close()

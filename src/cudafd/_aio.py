@@ -173,6 +173,9 @@ class Dispatcher:
 
     async def wait(self, loop: asyncio.AbstractEventLoop, target: object) -> None:
         """Watch ``target`` and wait for it; cancellation detaches the wait (GPU work goes on)."""
+        state = self._notifier.__dict__
+        if state.get("_aio_owner") is not self or state.get("_trio_owner") is not None:
+            self._claim()  # before any drain, the fast path included: refusal must not depend on timing
         t = resolve(target)
         lone = not self._futures and not self._inline
         token = self._watch(t, lone)
@@ -270,15 +273,27 @@ class Dispatcher:
 
     # ---- registration ----
 
-    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
-        owner = self._notifier.__dict__.get("_aio_owner")
-        if owner is not None and owner is not self and owner._armed:
-            # Its drain() would take the other loop's tokens: they would never be resolved.
+    def _claim(self) -> None:
+        """Refuse a Notifier that another event loop or a trio run is waiting on:
+        a drain here would take their tokens, which would never be resolved."""
+        state = self._notifier.__dict__
+        owner = state.get("_aio_owner")
+        ref = state.get("_trio_owner")  # the trio adapter's Dispatcher, weakly
+        trio_owner = ref() if ref is not None else None
+        if (owner is not None and owner is not self and owner._busy()) or (
+            trio_owner is not None and trio_owner._slots
+        ):
             raise CudafdError(
-                "this Notifier is already waited on by another event loop; use one Notifier per "
-                "loop (cudafd.wait() without notifier= does that)"
+                "this Notifier is already waited on by another event loop or trio run; use one "
+                "Notifier per loop (cudafd.wait() without notifier= does that)"
             )
-        self._notifier.__dict__["_aio_owner"] = self
+        state["_aio_owner"] = self
+
+    def _busy(self) -> bool:
+        """Waits pending here (parked or spinning inline)."""
+        return bool(self._futures or self._inline)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._polling:
             self._delay = POLL_MIN
             self._timer = loop.call_later(POLL_MIN, self._on_timer)

@@ -343,16 +343,12 @@ class Dispatcher(_Waiters):
         except TypeError:
             key = ("id", id(target))
         slots = self._slots
+        if not slots:
+            self._claim()  # before the fast path: refusal must not depend on timing
         token = self._watch(resolve(target), not slots)
         if not token:  # a lone wait on work already over: trio still wants a checkpoint
             await trio.lowlevel.checkpoint()
             return
-        if not slots:
-            try:
-                self._claim()
-            except BaseException:
-                self._cancel(token)
-                raise
         lane = self._lanes.get(key)
         if lane is None:
             lane = self._lanes[key] = _Lane(key)
@@ -366,8 +362,8 @@ class Dispatcher(_Waiters):
         state = self._notifier.__dict__
         ref = state.get("_trio_owner")  # a weak reference: a finished run's Dispatcher may go
         owner = ref() if ref is not None else None
-        aio = state.get("_aio_owner")  # the asyncio adapter's Dispatcher, if one ever armed it
-        if (owner is not None and owner is not self and owner._slots) or getattr(aio, "_futures", None):
+        aio = state.get("_aio_owner")  # the asyncio adapter's Dispatcher, if one ever waited on it
+        if (owner is not None and owner is not self and owner._slots) or (aio is not None and aio._busy()):
             raise CudafdError(
                 "this Notifier is already waited on by another trio run or event loop; use one "
                 "Notifier per run (cudafd.wait() without notifier= does that)"
