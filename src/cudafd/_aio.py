@@ -45,8 +45,9 @@ futures map needs no lock; the Notifier's fd is level-triggered, so a reader
 that drains everything never misses a completion; a loop without add_reader
 (the Windows proactor loop) raises NotImplementedError.
 
-A Notifier serves one loop at a time: arming a second loop's dispatcher
-while the first has waits raises CudafdError (its drain would swallow the
+A Notifier serves one loop at a time: a wait from a second loop (or trio
+run) while the first has waits pending raises CudafdError, checked before
+anything else, the fast path included (a drain there would swallow the
 other loop's tokens). When the Notifier is closed, a close hook gives the fd
 back at once if nothing waits, so close() releases it synchronously.
 
