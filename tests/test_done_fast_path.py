@@ -43,7 +43,7 @@ def test_notifier_skips_the_wait_only_when_asked(dev, mechanism):
         assert n.pending == 0
         token = n.watch(s)  # a plain watch still queues a completion
         assert token and n.pending == 1
-        s.launch(0.05)
+        s.launch(0.5)  # long enough that no load can make it finish before the next line
         busy = n._watch(resolve(s), True)
         assert busy and n.pending == 2
         deadline = time.monotonic() + 10
