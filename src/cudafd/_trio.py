@@ -21,8 +21,10 @@ a stream object and its int handle are two lanes.)
 The "poll" mechanism has no thread writing the fd: the reader calls poll()
 then drains, sleeping 50 µs between tries, doubling to 2 ms while nothing
 finishes, back to 50 µs on progress or when a new wait starts (it moves the
-deadline of the reader's sleep). Unlike the asyncio adapter there is no
-loop-side spin window for short waits. (Known limit: trio's epoll wait
+deadline of the reader's sleep). A lone wait on work that is already over
+returns after one driver query and a checkpoint (trio wants every await to
+be one). Unlike the asyncio adapter there is no loop-side spin window for
+short waits. (Known limit: trio's epoll wait
 rounds sub-millisecond timeouts up to 1 ms, so "poll" looks at best about
 once per millisecond.)
 
@@ -53,8 +55,9 @@ drains after every wake never misses a completion, whoever held the role
 before it.
 
 A Notifier serves one run at a time: a wait in a second run while the
-first has waits pending (or an asyncio loop has it armed) raises CudafdError,
-since one's drain would take the other's tokens.
+first has waits pending (or an asyncio loop is waiting on it) raises
+CudafdError, checked before the fast path, since one's drain would take
+the other's tokens.
 """
 
 from __future__ import annotations
