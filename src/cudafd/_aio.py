@@ -112,6 +112,16 @@ def _add_reader(loop: asyncio.AbstractEventLoop, notifier: Notifier, callback: C
     return fd
 
 
+def _stop_watching(
+    loop: asyncio.AbstractEventLoop | None, notifier: Notifier, timer: asyncio.TimerHandle | None, fd: int
+) -> None:
+    """Undo an arming: cancel the poll timer and remove the reader, whichever was set (fd -1: none)."""
+    if timer is not None:
+        timer.cancel()
+    if fd >= 0:
+        _remove_reader(loop, notifier, fd)
+
+
 def _remove_reader(loop: asyncio.AbstractEventLoop | None, notifier: Notifier, fd: int) -> None:
     """Undo _add_reader (the loop may be closed already)."""
     try:
@@ -337,12 +347,9 @@ class Dispatcher:
             return
         loop, self._loop = self._loop, None
         self._armed = False
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._fd >= 0:
-            fd, self._fd = self._fd, -1
-            _remove_reader(loop, self._notifier, fd)
+        timer, self._timer = self._timer, None
+        fd, self._fd = self._fd, -1
+        _stop_watching(loop, self._notifier, timer, fd)
 
     # ---- completion ----
 

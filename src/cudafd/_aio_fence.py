@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from ._aio import POLL_MAX, POLL_MIN, _add_reader, _remove_reader
+from ._aio import POLL_MAX, POLL_MIN, _add_reader, _stop_watching
 from ._errors import CudafdError
 from ._notifier import Notifier
 
@@ -60,12 +60,9 @@ class _ReadinessWaiter:
 
     def _disarm(self) -> None:
         loop, self._loop = self._loop, None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._fd >= 0:
-            fd, self._fd = self._fd, -1
-            _remove_reader(loop, self._notifier, fd)
+        timer, self._timer = self._timer, None
+        fd, self._fd = self._fd, -1
+        _stop_watching(loop, self._notifier, timer, fd)
 
     def _fire(self) -> bool:
         try:
