@@ -78,7 +78,7 @@ static void retire(cfd_ctx *cx)
     for (int i = 0; i < cx->npool; i++)
         cfd_event_destroy(cx->pool[i]);
     cx->npool = 0;
-    for (int i = 0; i < CFD_SIDE_STREAMS; i++) {
+    for (int i = 0; i < CFD_SIDE_MAX; i++) {
         if (cx->side[i]) {
             cu.cuStreamDestroy(cx->side[i]);
             cx->side[i] = NULL;
@@ -101,6 +101,7 @@ void cfd_quiesce_locked(void)
         if (cx->nwaits == 0) {
             *link = cx->next;
             free(cx->pool);
+            free(cx->keys);
             free(cx);
             cfd_count(ST_CONTEXTS, -1);
         } else {
@@ -127,17 +128,74 @@ void cfd_probe_end(void)
         cfd_quiesce_locked();
 }
 
-int cfd_side_stream(cfd_ctx *cx, uintptr_t key, CUstream *out)
+/* An idle side stream, else a slot for a new one, else the least busy. */
+static int pick_side(cfd_ctx *cx)
 {
-    unsigned i = (unsigned)((key * 0x9e3779b97f4a7c15ull) >> 61) % CFD_SIDE_STREAMS;
+    for (int i = 0; i < CFD_SIDE_MAX; i++)
+        if (cx->side[i] && cx->side_busy[i] == 0)
+            return i;
+    for (int i = 0; i < CFD_SIDE_MAX; i++)
+        if (!cx->side[i] && cx->side_busy[i] == 0)
+            return i;
+    int best = 0;
+    for (int i = 1; i < CFD_SIDE_MAX; i++)
+        if (cx->side_busy[i] < cx->side_busy[best])
+            best = i;
+    return best;
+}
+
+/* Reserve a side stream index for one wait on key; -1 when out of memory. */
+static int hold_side(cfd_ctx *cx, uintptr_t key)
+{
+    cfd_side_key *e = NULL;
+    for (int k = 0; k < cx->nkeys && !e; k++)
+        if (cx->keys[k].key == key)
+            e = &cx->keys[k];
+    if (!e) {
+        if (cx->nkeys == cx->capkeys) {
+            int cap = cx->capkeys ? 2 * cx->capkeys : 8;
+            cfd_side_key *grown = realloc(cx->keys, (size_t)cap * sizeof *grown);
+            if (!grown)
+                return -1;
+            cx->keys = grown;
+            cx->capkeys = cap;
+        }
+        e = &cx->keys[cx->nkeys++];
+        *e = (cfd_side_key){key, pick_side(cx), 0};
+    }
+    e->inflight++;
+    cx->side_busy[e->side]++;
+    return e->side;
+}
+
+void cfd_side_release(cfd_ctx *cx, uintptr_t key, int index)
+{
+    cx->side_busy[index]--;
+    for (int k = 0; k < cx->nkeys; k++)
+        if (cx->keys[k].key == key) {
+            if (--cx->keys[k].inflight == 0)
+                cx->keys[k] = cx->keys[--cx->nkeys];
+            return;
+        }
+}
+
+int cfd_side_stream(cfd_ctx *cx, uintptr_t key, CUstream *out, int *index)
+{
     pthread_mutex_lock(&g.mu);
-    CUstream s = cx->side[i];
+    int i = hold_side(cx, key);
+    CUstream s = i >= 0 ? cx->side[i] : NULL;
     pthread_mutex_unlock(&g.mu);
+    if (i < 0)
+        return cfd_fail(CUDAFD_E_NOMEM, "out of memory for a side stream record");
     if (!s) {
         CUstream fresh = NULL;
         CUresult r = cu.cuStreamCreate(&fresh, CU_STREAM_NON_BLOCKING);
-        if (r != CUDA_SUCCESS)
+        if (r != CUDA_SUCCESS) {
+            pthread_mutex_lock(&g.mu);
+            cfd_side_release(cx, key, i);
+            pthread_mutex_unlock(&g.mu);
             return cfd_fail_cuda(r, "cuStreamCreate (side stream)");
+        }
         cfd_count(ST_STREAMS, 1);
         pthread_mutex_lock(&g.mu);
         if (!cx->side[i]) {
@@ -146,11 +204,12 @@ int cfd_side_stream(cfd_ctx *cx, uintptr_t key, CUstream *out)
         }
         s = cx->side[i];
         pthread_mutex_unlock(&g.mu);
-        if (fresh) { /* another thread won the race */
+        if (fresh) { /* another wait on a key sharing this slot made it first */
             cu.cuStreamDestroy(fresh);
             cfd_count(ST_STREAMS, -1);
         }
     }
     *out = s;
+    *index = i;
     return CUDAFD_OK;
 }

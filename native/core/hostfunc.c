@@ -14,9 +14,11 @@
  * driver's error when the query reports one: a fault surfaces within about
  * two watchdog periods instead of never.
  *
- * Side streams are shared by hashing the caller's stream onto
- * CFD_SIDE_STREAMS per context; two streams that share one can delay each
- * other's notification (not their work) while one waits on a long kernel.
+ * Side streams (contexts.c): the waits of one caller's stream share one, so
+ * their host functions run in order; a stream with nothing in flight gets an
+ * idle one, or a new one up to CFD_SIDE_MAX per context, so a wait behind a
+ * long kernel holds up no other stream's notification until more than
+ * CFD_SIDE_MAX streams are in flight at once.
  */
 #include <stdlib.h>
 #include <time.h>
@@ -69,7 +71,8 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, CU
     CUstream side = NULL;
     CUevent ev = NULL;
     uintptr_t key = user_stream ? (uintptr_t)user_stream : (uintptr_t)user_event;
-    int rc = cfd_side_stream(cx, key, &side);
+    int side_index;
+    int rc = cfd_side_stream(cx, key, &side, &side_index);
     if (rc != CUDAFD_OK)
         return rc;
     CUresult r;
@@ -86,11 +89,11 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, CU
             rc = cfd_record(cx, side, NULL, &ev);
     }
     if (rc != CUDAFD_OK) {
-        if (ev) {
-            pthread_mutex_lock(&g.mu);
+        pthread_mutex_lock(&g.mu);
+        if (ev)
             cfd_ctx_give_event(cx, ev);
-            pthread_mutex_unlock(&g.mu);
-        }
+        cfd_side_release(cx, key, side_index);
+        pthread_mutex_unlock(&g.mu);
         return rc;
     }
 
@@ -100,15 +103,19 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, CU
         rc = cfd_fail(CUDAFD_E_CLOSED, "the notifier is closed");
     else if (!(w = cfd_wait_new(n, cx, ev)))
         rc = cfd_fail(CUDAFD_E_NOMEM, "out of memory for a wait");
-    else if (!g.watchdog_running) {
+    else
+        w->side = (int8_t)side_index, w->side_key = key; /* the wait holds the side stream now */
+    if (rc == CUDAFD_OK && !g.watchdog_running) {
         if ((rc = cfd_start_thread(watchdog_main, "cudafd-watchdog")) == CUDAFD_OK)
             g.watchdog_running = true;
     }
     if (rc != CUDAFD_OK) {
-        if (w)
+        if (w) {
             cfd_wait_discard(w);
-        else
+        } else {
             cfd_ctx_give_event(cx, ev);
+            cfd_side_release(cx, key, side_index);
+        }
         pthread_mutex_unlock(&g.mu);
         return rc;
     }

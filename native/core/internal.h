@@ -49,13 +49,20 @@ static inline void cfd_cpu_relax(void)
 }
 
 /* ---- per-context records (contexts.c) ---- */
-#define CFD_SIDE_STREAMS 8
+#define CFD_SIDE_MAX 32
+typedef struct cfd_side_key { /* a caller's stream or event with waits in flight on a side stream */
+    uintptr_t key;
+    int side, inflight;
+} cfd_side_key;
 typedef struct cfd_ctx {
     CUcontext ctx;
     struct cfd_ctx *next;
     CUevent *pool; /* free events, all CU_EVENT_BLOCKING_SYNC | DISABLE_TIMING */
     int npool, cappool;
-    CUstream side[CFD_SIDE_STREAMS]; /* hostfunc side streams, created lazily */
+    CUstream side[CFD_SIDE_MAX]; /* side streams, created lazily */
+    int side_busy[CFD_SIDE_MAX]; /* waits in flight on each */
+    cfd_side_key *keys;          /* which side stream each key in flight uses */
+    int nkeys, capkeys;
     int nwaits;                      /* waits referring to this record */
     int64_t fault;                   /* the first sticky error seen in this context */
 } cfd_ctx;
@@ -68,8 +75,12 @@ void cfd_quiesce_locked(void);                    /* g.mu held: retire idle pool
 void cfd_probe_begin(void);                       /* g.mu held: keep events and records alive while unlocked */
 void cfd_probe_end(void);                         /* g.mu held: ends a probe, retires what it kept alive */
 int cfd_event_create(CUevent *ev);                /* caller's context current */
-/* A side stream of cx chosen by key (created on first use); cx->ctx current. */
-int cfd_side_stream(cfd_ctx *cx, uintptr_t key, CUstream *out);
+/* A side stream for one wait on `key` (a caller's stream or event), held until
+ * cfd_side_release: the one the key's waits in flight use (so they stay in
+ * order), else an idle one, else a new one (up to CFD_SIDE_MAX), else the
+ * least busy. cx->ctx current. */
+int cfd_side_stream(cfd_ctx *cx, uintptr_t key, CUstream *out, int *index);
+void cfd_side_release(cfd_ctx *cx, uintptr_t key, int index); /* g.mu held */
 void cfd_event_destroy(CUevent ev);
 
 /* ---- waits and lanes (waits.c) ---- */
@@ -86,6 +97,8 @@ typedef struct cfd_wait {
     CUevent ev;   /* what is waited on */
     bool owns_ev; /* ev came from the pool */
     uint8_t mech;
+    int8_t side;         /* the side stream it holds (cfd_side_stream), or -1 */
+    uintptr_t side_key;  /* the key it holds it for */
     int64_t t0;  /* when it was watched */
 } cfd_wait;
 

@@ -186,6 +186,8 @@ void cfd_wait_complete(cfd_wait *w, int64_t status, bool from_hostfn)
 {
     deliver(w, status);
     cfd_note_fault(w->cx, status);
+    if (w->side >= 0)
+        cfd_side_release(w->cx, w->side_key, w->side);
     if (w->owns_ev && w->ev) {
         if ((status == 0 && g.nopen > 0) || from_hostfn || g.probing)
             cfd_ctx_give_event(w->cx, w->ev); /* pooled, or retired later by a quiesce */
@@ -268,6 +270,7 @@ cfd_wait *cfd_wait_new(cudafd_notifier *n, cfd_ctx *cx, CUevent ev)
     w->cx = cx;
     cx->nwaits++;
     w->mech = (uint8_t)n->mech;
+    w->side = -1;
     w->t0 = cfd_now_ns();
     attach(n, w);
     return w;
@@ -276,6 +279,8 @@ cfd_wait *cfd_wait_new(cudafd_notifier *n, cfd_ctx *cx, CUevent ev)
 void cfd_wait_discard(cfd_wait *w)
 {
     cfd_wait_detach(w);
+    if (w->side >= 0)
+        cfd_side_release(w->cx, w->side_key, w->side);
     cfd_ctx_give_event(w->cx, w->ev);
     cfd_ctx_release(w->cx);
     wait_free(w);

@@ -81,9 +81,11 @@ int cfd_record(cfd_ctx *cx, CUstream stream, CUevent taken, CUevent *out)
 
 static uint64_t this_thread(void) { return (uint64_t)syscall(SYS_gettid); }
 
-/* Queue a wait for a recorded pooled event on the lane of (ctx, stream). */
+/* Queue a wait for a recorded pooled event on the lane of (ctx, stream).
+ * `side` (>= 0): the side stream held for `side_key`, which the wait takes
+ * over; on failure it is released here. */
 static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t thread, CUevent ev,
-                   uint64_t *token)
+                   int side, uintptr_t side_key, uint64_t *token)
 {
     pthread_mutex_lock(&g.mu);
     int rc = CUDAFD_OK;
@@ -93,6 +95,12 @@ static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t t
         rc = cfd_fail(CUDAFD_E_CLOSED, "the notifier is closed");
     else if (!(l = cfd_lane_get(cx->ctx, stream, thread, n->mech)) || !(w = cfd_wait_new(n, cx, ev)))
         rc = cfd_fail(CUDAFD_E_NOMEM, "out of memory for a wait");
+    if (w) {
+        w->side = (int8_t)side;
+        w->side_key = side_key;
+    } else if (side >= 0) {
+        cfd_side_release(cx, side_key, side);
+    }
     if (rc == CUDAFD_OK) {
         w->lane = l;
         bool was_empty = !l->head;
@@ -178,7 +186,7 @@ CFD_API int cudafd_watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *
         CUevent ev = NULL;
         rc = cfd_record(cx, (CUstream)stream, taken, &ev);
         if (rc == CUDAFD_OK) {
-            rc = enqueue(n, cx, stream == 1 ? 0 : stream, thread, ev, token);
+            rc = enqueue(n, cx, stream == 1 ? 0 : stream, thread, ev, -1, 0, token);
             if (rc == CUDAFD_OK) { /* the common path: two critical sections in all */
                 leave_ctx(pushed);
                 return rc;
@@ -231,13 +239,20 @@ CFD_API int cudafd_watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *to
          * again or destroyed as soon as this returns. */
         CUstream side = NULL;
         CUevent ev = NULL;
-        rc = cfd_side_stream(cx, event, &side);
+        int side_index = -1;
+        rc = cfd_side_stream(cx, event, &side, &side_index);
         if (rc == CUDAFD_OK && (r = cu.cuStreamWaitEvent(side, (CUevent)event, 0)) != CUDA_SUCCESS)
             rc = cfd_fail_cuda(r, "cuStreamWaitEvent on the event");
         if (rc == CUDAFD_OK)
             rc = cfd_record(cx, side, NULL, &ev);
-        if (rc == CUDAFD_OK && (rc = enqueue(n, cx, (uintptr_t)side, 0, ev, token)) == CUDAFD_OK)
-            return rc; /* enqueue dropped the hold */
+        if (rc == CUDAFD_OK) { /* enqueue takes over the side stream, even when it fails */
+            if ((rc = enqueue(n, cx, (uintptr_t)side, 0, ev, side_index, event, token)) == CUDAFD_OK)
+                return rc; /* enqueue dropped the record's hold too */
+        } else if (side_index >= 0) {
+            pthread_mutex_lock(&g.mu);
+            cfd_side_release(cx, event, side_index);
+            pthread_mutex_unlock(&g.mu);
+        }
     }
     ctx_unhold(cx);
     return rc;
