@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from support import REAL
 from test_fence_notifier import destroy_event, record_event
 
 import cudafd
@@ -30,6 +31,12 @@ def _collect(n: cudafd.Notifier, tokens: set[int], timeout: float) -> dict[int, 
 
 
 # (the event mechanism watches a stream on that stream itself: no side stream)
+@pytest.mark.skipif(
+    REAL,
+    reason="on a GPU, 20 user streams plus their side streams exceed CUDA_DEVICE_MAX_CONNECTIONS "
+    "(8 hardware queues), so the long kernel holds up other streams' work itself; this checks "
+    "cudafd's own side-stream assignment, which the simulator runs without that limit",
+)
 @pytest.mark.parametrize(("mechanism", "target"), [("hostfunc", "stream"), ("hostfunc", "event"), ("event", "event")])
 def test_a_long_wait_does_not_hold_up_other_streams(dev, mechanism, target):
     streams = [dev.stream() for _ in range(20)]
