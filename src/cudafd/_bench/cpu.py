@@ -13,7 +13,7 @@ import time
 
 from .child import Progress, new_loop
 from .gpu import Gpu
-from .methods import LABELS, Kit, make
+from .methods import LABELS, Kit, close_all, make_each
 from .proc import CpuMeter
 
 __all__ = ["run"]
@@ -65,17 +65,8 @@ def run(p: dict, progress: Progress) -> dict:
     progress.partial = result
     loop = new_loop(p["loop"])
     try:
-        stream = gpu.streams(1)[0]
-        fns = {}
-        for key in p["methods"]:
-            try:
-                fns[key] = make(key, kit, stream)
-            except Exception as exc:
-                state["errors"][key] = f"{type(exc).__name__}: {exc}"
+        fns = make_each(p["methods"], kit, gpu.streams(1)[0], state["errors"])
         loop.run_until_complete(_measure(fns, p, state, progress))
     finally:
-        kit.close()
-        loop.run_until_complete(loop.shutdown_default_executor())
-        loop.close()
-        gpu.close()
+        close_all(loop, kit)
     return result()

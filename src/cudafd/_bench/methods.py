@@ -27,7 +27,7 @@ from .._errors import CudaError
 from .._notifier import MECHANISMS, Notifier
 from .gpu import EV_BLOCKING, EV_SPIN, NOT_READY, Gpu
 
-__all__ = ["BASELINES", "CUDAFD", "LABELS", "Kit", "make"]
+__all__ = ["BASELINES", "CUDAFD", "LABELS", "Kit", "close_all", "make", "make_each"]
 
 Method = Callable[[float], Awaitable[None]]
 
@@ -138,3 +138,22 @@ def make(key: str, kit: Kit, stream: int) -> Method:
         return via_cudafd
 
     raise ValueError(f"unknown method {key!r}")
+
+
+def make_each(keys: list[str], kit: Kit, stream: int, errors: dict[str, str]) -> dict[str, Method]:
+    """``make`` for every key that can be set up here; why not goes into ``errors``."""
+    fns: dict[str, Method] = {}
+    for key in keys:
+        try:
+            fns[key] = make(key, kit, stream)
+        except Exception as exc:
+            errors[key] = f"{type(exc).__name__}: {exc}"
+    return fns
+
+
+def close_all(loop: asyncio.AbstractEventLoop, kit: Kit) -> None:
+    """A section's teardown: the Notifiers, the loop's executor and the loop, then the GPU."""
+    kit.close()
+    loop.run_until_complete(loop.shutdown_default_executor())
+    loop.close()
+    kit.gpu.close()

@@ -17,7 +17,7 @@ import time
 
 from .child import Progress, new_loop
 from .gpu import Gpu
-from .methods import LABELS, Kit, make
+from .methods import LABELS, Kit, close_all, make
 from .proc import CpuMeter
 
 __all__ = ["run"]
@@ -98,8 +98,5 @@ def run(p: dict, progress: Progress) -> dict:
                 gpu.sync_stream(h)
             progress.tick(f"{LABELS[key]} done")
     finally:
-        kit.close()
-        loop.run_until_complete(loop.shutdown_default_executor())
-        loop.close()
-        gpu.close()
+        close_all(loop, kit)
     return result()
