@@ -103,8 +103,10 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, CU
         rc = cfd_fail(CUDAFD_E_CLOSED, "the notifier is closed");
     else if (!(w = cfd_wait_new(n, cx, ev)))
         rc = cfd_fail(CUDAFD_E_NOMEM, "out of memory for a wait");
-    else
-        w->side = (int8_t)side_index, w->side_key = key; /* the wait holds the side stream now */
+    else { /* the wait holds the side stream now */
+        w->side = (int8_t)side_index;
+        w->side_key = key;
+    }
     if (rc == CUDAFD_OK && !g.watchdog_running) {
         if ((rc = cfd_start_thread(watchdog_main, "cudafd-watchdog")) == CUDAFD_OK)
             g.watchdog_running = true;

@@ -157,18 +157,13 @@ class Notifier:
         with self._lock:
             if self._closed:
                 raise ClosedError("watch() on a closed Notifier")
-            kind = t.kind
-            backend = self._backend
-            if kind == "stream":
-                if unless_done and backend.stream_done(t.handle):  # type: ignore[union-attr]
-                    return 0
-                token = backend.watch_stream(t.handle)  # type: ignore[union-attr]
-            elif kind == "event":
-                if unless_done and backend.event_done(t.handle):  # type: ignore[union-attr]
-                    return 0
-                token = backend.watch_event(t.handle, t.ctx)  # type: ignore[union-attr]
-            elif unless_done:  # nothing to wait for
+            if unless_done and self._done_now(t):
                 return 0
+            kind = t.kind
+            if kind == "stream":
+                token = self._backend.watch_stream(t.handle)  # type: ignore[union-attr]
+            elif kind == "event":
+                token = self._backend.watch_event(t.handle, t.ctx)  # type: ignore[union-attr]
             else:  # nothing to wait for: report it at the next drain
                 token = self._next_done
                 self._next_done += 1
