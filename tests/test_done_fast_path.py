@@ -135,3 +135,104 @@ def test_lone_wait_after_a_fault_still_raises(dev, flavor, mechanism):
             await api.wait(s)
 
     run(flavor, mechanism, body)
+
+
+# ---- asyncio: the spin ahead of the watch ----
+# A lone wait on work still running spins on the driver's answer alone for up
+# to AHEAD_MAX before it sets up a watch. These tests script the driver's
+# answer (Notifier._done_now) so they do not depend on the machine's speed.
+
+
+@pytest.fixture
+def long_windows(monkeypatch):
+    """Spin windows long enough for any machine's loop (a test then never races them)."""
+    monkeypatch.setattr(_aio, "SPIN_START", 5.0)
+    monkeypatch.setattr(_aio, "AHEAD_MAX", 5.0)
+
+
+def _scripted(notifier, answers):
+    """Make notifier._done_now give `answers` (then True); count watches."""
+    calls = {"done_now": 0, "watch": 0}
+    answers = list(answers)
+    real_watch = notifier._watch
+
+    def done_now(t):
+        calls["done_now"] += 1
+        if calls.get("over"):
+            return True
+        return answers.pop(0) if answers else True
+
+    def watch(t, unless_done):
+        calls["watch"] += 1
+        return real_watch(t, unless_done)
+
+    notifier._done_now = done_now
+    notifier._watch = watch
+    return calls
+
+
+@pytest.mark.asyncio_only
+def test_asyncio_short_wait_ends_ahead_of_any_watch(dev, loop_flavor, mechanism, long_windows):
+    s = dev.stream()
+
+    async def body(api):
+        calls = _scripted(api.notifier, [False, False])  # running at the first two looks
+        await api.notifier.wait(s)
+        assert calls == {"done_now": 3, "watch": 0}
+        assert api.notifier.pending == 0
+
+    run(loop_flavor, mechanism, body)
+
+
+@pytest.mark.asyncio_only
+def test_asyncio_wait_outlasting_the_ahead_spin_is_watched(dev, loop_flavor, mechanism):
+    s = dev.stream()
+
+    async def body(api):
+        s.launch(0.05)
+        calls = _scripted(api.notifier, [False] * 10**6)  # the driver never says "done"
+        await api.notifier.wait(s)  # the watch's own report ends it
+        assert calls["watch"] == 1 and calls["done_now"] > 1
+        assert api.notifier.pending == 0
+
+    run(loop_flavor, mechanism, body)
+
+
+@pytest.mark.asyncio_only
+def test_asyncio_wait_spinning_ahead_is_not_lone_for_others(dev, loop_flavor, mechanism, long_windows):
+    # A second wait meanwhile must not take the lone path too: waits on one
+    # stream resume in the order they began only through futures.
+    s = dev.stream()
+
+    async def body(api):
+        calls = _scripted(api.notifier, [False] * 10**6)
+        s.launch(0.05)
+        first = asyncio.ensure_future(api.notifier.wait(s))
+        await asyncio.sleep(0)  # first is spinning ahead now
+        assert calls["watch"] == 0
+        second = asyncio.ensure_future(api.notifier.wait(s))
+        await asyncio.sleep(0)
+        assert calls["watch"] == 1 and not first.done()  # second watched at once, as a non-lone wait
+        calls["over"] = True  # now the driver says "over"
+        await first
+        await second
+        assert calls["watch"] == 1 and api.notifier.pending == 0
+
+    run(loop_flavor, mechanism, body)
+
+
+@pytest.mark.asyncio_only
+def test_asyncio_cancel_while_spinning_ahead_leaves_nothing(dev, loop_flavor, mechanism, long_windows):
+    s = dev.stream()
+
+    async def body(api):
+        calls = _scripted(api.notifier, [False] * 10**6)
+        task = asyncio.ensure_future(api.notifier.wait(s))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert calls["watch"] == 0 and api.notifier.pending == 0
+        assert not _aio.dispatcher(asyncio.get_running_loop(), api.notifier)._busy()
+
+    run(loop_flavor, mechanism, body)

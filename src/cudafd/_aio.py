@@ -28,7 +28,13 @@ first runs inline: the waiting coroutine itself yields to the loop
 (``sleep(0)``: other tasks and callbacks run in between, the loop is never
 blocked) and checks the Notifier's completion counter, a plain memory read,
 draining only when it moved. Only when the spin window runs out does it
-park on a future and leave the rest to the fd. Measured on an H200 before
+park on a future and leave the rest to the fd. The first AHEAD_MAX of the
+window is spent before any watch, asking the driver alone (cuStreamQuery,
+~0.9 µs): a tiny kernel ends a few µs after its launch returns, sooner than
+a watch (~3.6 µs on an H200) is set up, and that watch was the gap left
+between cudafd and the floor (bench/results/2026-11-30-h200). A wait
+spinning ahead counts as pending, so another wait meanwhile is not lone and
+takes a future at once. Measured on an H200 before
 this path: a future-based await cost ~28 µs over the core's own detection
 (bench/await_breakdown.py). The window adapts: it
 grows while waits finish inside it and halves each time one does not, down
@@ -84,6 +90,7 @@ POLL_MAX = 2e-3
 SPIN_MAX = 200e-6  # the longest loop-side spin window
 SPIN_START = 100e-6
 SPIN_MIN = 10e-6  # below this the window is off
+AHEAD_MAX = 30e-6  # the part of the window spent before the watch is set up
 SPIN_PROBE = 30e-6
 SPIN_PROBE_EVERY = 64  # waits between probes while the window is off
 QUICK_YIELD_EVERY = 8  # a yield after this many waits in a row that did not need to suspend
@@ -188,17 +195,23 @@ class Dispatcher:
         if state.get("_aio_owner") is not self or state.get("_trio_owner") is not None:
             self._claim()  # before any drain, the fast path included: refusal must not depend on timing
         t = resolve(target)
-        lone = not self._futures and not self._inline
-        token = self._watch(t, lone)
-        if not token:  # a lone wait on work that is already over: no event, no yield
-            self._quick += 1
-            if self._quick >= QUICK_YIELD_EVERY:  # but never starve the loop
-                self._quick = 0
-                await asyncio.sleep(0)
-            return
-        self._quick = 0
-        window = self._inline_window() if lone else 0.0
-        if window and await self._wait_inline(token, t, window):
+        window = 0.0
+        if not self._futures and not self._inline:  # a lone wait: resume order is not at stake
+            if self._notifier._done_now(t):  # work already over: no event, no yield
+                self._quick += 1
+                if self._quick >= QUICK_YIELD_EVERY:  # but never starve the loop
+                    self._quick = 0
+                    await asyncio.sleep(0)
+                return
+            self._quick = 0
+            window = self._inline_window()
+            if window:
+                spent = await self._spin_ahead(t, min(window, AHEAD_MAX))
+                if spent < 0:
+                    return
+                window -= spent
+        token = self._watch(t, False)
+        if window > 0 and await self._wait_inline(token, t, window):
             return
         fut = loop.create_future()
         futures = self._futures
@@ -235,6 +248,37 @@ class Dispatcher:
             return 0.0
         self._since_probe = 0
         return SPIN_PROBE
+
+    async def _spin_ahead(self, t: Target, window: float) -> float:
+        """Spin on the driver's answer alone, before any watch: a tiny kernel is
+        over a few µs after its launch returned, sooner than a watch (event
+        record, lock, queue: ~3.6 µs on an H200) would even be set up.
+
+        Returns -1 once ``t`` is over (the window then grows), else the
+        seconds spent (the caller watches and spins on for the rest). Kept
+        short (AHEAD_MAX): the watch records at the stream's end *then*, so
+        work other tasks enqueue meanwhile would be waited for too.
+        """
+        done_now = self._notifier._done_now
+        inline = self._inline
+        key = object()  # marks this wait as pending (not lone for others; _fail_all reaches it)
+        inline[key] = _PENDING
+        start = _now()
+        deadline = start + window
+        try:
+            while True:
+                await asyncio.sleep(0)
+                failed = inline[key]
+                if failed is not _PENDING:
+                    raise failed  # type: ignore[misc]
+                if done_now(t):
+                    self._window = min(max(self._window, SPIN_PROBE) * 1.5, SPIN_MAX)
+                    return -1.0
+                now = _now()
+                if now >= deadline:
+                    return now - start
+        finally:
+            del inline[key]
 
     async def _wait_inline(self, token: int, t: Target, window: float) -> bool:
         """Spin for ``token`` by yielding to the loop; True once it is reported,
