@@ -35,180 +35,38 @@
  * Exit status: 0 done (failed methods are listed under "errors"), 2 setup failed.
  */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdatomic.h>
-#include <stdbool.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "cudafd.h"
+#include "common.h"
 
 #ifndef DEFAULT_PTX
 #define DEFAULT_PTX "../../src/cudafd/cudafd_spin.ptx"
 #endif
 
-/* ---- the slice of the driver API used here (the driver's stable ABI) ---- */
-typedef int CUresult;
-typedef int CUdevice;
-typedef void *CUcontext, *CUstream, *CUevent, *CUmodule, *CUfunction;
-typedef void (*CUhostFn)(void *);
-typedef CUresult (*gpa_t)(const char *, void **, int, uint64_t, int *);
-
-#define CUDA_ERROR_NOT_READY 600
-#define EV_SPIN 0x2     /* CU_EVENT_DISABLE_TIMING: cuEventSynchronize spins */
-#define EV_BLOCKING 0x3 /* | CU_EVENT_BLOCKING_SYNC: it sleeps */
-#define EV_TIMING 0x0
 #define TIMEOUT_S 5.0
 
-static struct {
-    CUresult (*cuInit)(unsigned);
-    CUresult (*cuDeviceGet)(CUdevice *, int);
-    CUresult (*cuDeviceGetName)(char *, int, CUdevice);
-    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
-    CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
-    CUresult (*cuCtxSetCurrent)(CUcontext);
-    CUresult (*cuCtxSynchronize)(void);
-    CUresult (*cuStreamCreate)(CUstream *, unsigned);
-    CUresult (*cuStreamDestroy)(CUstream);
-    CUresult (*cuEventCreate)(CUevent *, unsigned);
-    CUresult (*cuEventDestroy)(CUevent);
-    CUresult (*cuEventRecord)(CUevent, CUstream);
-    CUresult (*cuEventQuery)(CUevent);
-    CUresult (*cuEventSynchronize)(CUevent);
-    CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent); /* optional */
-    CUresult (*cuLaunchHostFunc)(CUstream, CUhostFn, void *);   /* optional */
-    CUresult (*cuModuleLoadData)(CUmodule *, const void *);
-    CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
-    CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                               unsigned, unsigned, CUstream, void **, void **);
-} cu;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void die(const char *what, const char *why)
-{
-    fprintf(stderr, "cudafd-bench-c: %s: %s\n", what, why);
-    exit(2);
-}
-
-#define SETUP(call)                                                                                \
-    do {                                                                                           \
-        CUresult rc_ = (call);                                                                     \
-        if (rc_)                                                                                   \
-            die(#call, cudafd_cuda_error_name(rc_));                                               \
-    } while (0)
-
-static void *resolve(void *lib, gpa_t gpa, const char *name, const char *v2, bool optional)
-{
-    void *fn = NULL;
-    int status = 0;
-    if (gpa && gpa(name, &fn, 12000, 0, &status) != 0)
-        fn = NULL;
-    if (!fn && v2)
-        fn = dlsym(lib, v2);
-    if (!fn)
-        fn = dlsym(lib, name);
-    if (!fn && !optional)
-        die("the driver lacks", name);
-    return fn;
-}
-
-static void load_driver(void)
-{
-    int rc = cudafd_driver_load();
-    if (rc != CUDAFD_OK)
-        die("cudafd_driver_load", cudafd_last_error());
-    void *lib = dlopen(cudafd_driver_path(), RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
-        die("dlopen", dlerror());
-    gpa_t gpa;
-    *(void **)&gpa = dlsym(lib, "cuGetProcAddress_v2");
-#define R(name, v2, opt) *(void **)&cu.name = resolve(lib, gpa, #name, v2, opt)
-    R(cuInit, NULL, false);
-    R(cuDeviceGet, NULL, false);
-    R(cuDeviceGetName, NULL, false);
-    R(cuDevicePrimaryCtxRetain, NULL, false);
-    R(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", false);
-    R(cuCtxSetCurrent, NULL, false);
-    R(cuCtxSynchronize, NULL, false);
-    R(cuStreamCreate, NULL, false);
-    R(cuStreamDestroy, "cuStreamDestroy_v2", false);
-    R(cuEventCreate, NULL, false);
-    R(cuEventDestroy, "cuEventDestroy_v2", false);
-    R(cuEventRecord, NULL, false);
-    R(cuEventQuery, NULL, false);
-    R(cuEventSynchronize, NULL, false);
-    R(cuEventElapsedTime, NULL, true);
-    R(cuLaunchHostFunc, NULL, true);
-    R(cuModuleLoadData, NULL, false);
-    R(cuModuleGetFunction, NULL, false);
-    R(cuLaunchKernel, NULL, false);
-#undef R
-}
-
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        die("cannot open the PTX file", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n)
-        die("cannot read", path);
-    buf[n] = 0;
-    fclose(f);
-    return buf;
-}
+const char bench_prog[] = "cudafd-bench-c";
 
 /* ---- shared state ---- */
 
-static CUfunction spin_fn;
-static CUstream stream;
 static CUevent ev_spin, ev_block, ev_start, ev_end;
 static int epfd, efd; /* efd: the plain eventfd of the baselines, in epfd */
 static cudafd_notifier *notifiers[3];
 static const int mech_ids[3] = {CUDAFD_MECH_EVENT, CUDAFD_MECH_SPIN, CUDAFD_MECH_HOSTFUNC};
 
-static CUresult launch(CUstream s, uint64_t ns)
-{
-    uint32_t fault = 0;
-    void *params[] = {&ns, &fault};
-    return cu.cuLaunchKernel(spin_fn, 1, 1, 1, 1, 1, 1, 0, s, params, NULL);
-}
-
-/* Wait for `fd` readable in a one-fd epoll set: 0, or -1 after TIMEOUT_S. */
-static int wait_fd(int ep)
-{
-    struct epoll_event ev;
-    for (;;) {
-        int k = epoll_wait(ep, &ev, 1, (int)(TIMEOUT_S * 1000));
-        if (k > 0)
-            return 0;
-        if (k == 0 || errno != EINTR)
-            return -1;
-    }
-}
-
 static int read_efd(void)
 {
     uint64_t v;
-    if (wait_fd(epfd))
+    if (wait_fd(epfd, TIMEOUT_S))
         return -1;
     return read(efd, &v, sizeof v) == sizeof v ? 0 : -1;
 }
@@ -248,7 +106,7 @@ static int await_token(cudafd_notifier *n, int ep, uint64_t token, int64_t *stat
                 *status = c[i].status;
                 return 0;
             }
-        if (got == 0 && wait_fd(ep))
+        if (got == 0 && wait_fd(ep, TIMEOUT_S))
             return -1;
     }
 }
@@ -355,19 +213,6 @@ static int one_round(int m)
         return await_token(notifiers[i], cfd_ep[i], token, &status) || status ? -1 : 0;
     }
     }
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double pct(const double *sorted, int n, double q)
-{
-    double pos = q * (n - 1);
-    int lo = (int)pos, hi = lo + 1 < n ? lo + 1 : n - 1;
-    return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo);
 }
 
 static void latency(int rounds, int block, int warmup)
@@ -554,29 +399,6 @@ static void bubble(int kernels, int batch, int repeats)
 
 /* ---- main ---- */
 
-static int arg_int(int argc, char **argv, const char *name, int dflt)
-{
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], name))
-            return atoi(argv[i + 1]);
-    return dflt;
-}
-
-static const char *arg_str(int argc, char **argv, const char *name, const char *dflt)
-{
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], name))
-            return argv[i + 1];
-    return dflt;
-}
-
-static void add_to_epoll(int ep, int fd)
-{
-    struct epoll_event reg = {.events = EPOLLIN};
-    if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &reg))
-        die("epoll_ctl", strerror(errno));
-}
-
 int main(int argc, char **argv)
 {
     int rounds = arg_int(argc, argv, "--rounds", 3000);
@@ -590,19 +412,8 @@ int main(int argc, char **argv)
     char *ptx = read_file(arg_str(argc, argv, "--ptx", DEFAULT_PTX));
 
     load_driver();
-    CUdevice dev;
-    CUcontext ctx;
-    CUmodule module;
-    char name[256] = "";
     int version = 0;
-    SETUP(cu.cuInit(0));
-    SETUP(cu.cuDeviceGet(&dev, 0));
-    SETUP(cu.cuDeviceGetName(name, sizeof name, dev));
-    SETUP(cu.cuDevicePrimaryCtxRetain(&ctx, dev));
-    SETUP(cu.cuCtxSetCurrent(ctx));
-    SETUP(cu.cuModuleLoadData(&module, ptx));
-    SETUP(cu.cuModuleGetFunction(&spin_fn, module, "cudafd_spin"));
-    SETUP(cu.cuStreamCreate(&stream, 1));
+    bench_setup(ptx);
     SETUP(cu.cuEventCreate(&ev_spin, EV_SPIN));
     SETUP(cu.cuEventCreate(&ev_block, EV_BLOCKING));
     SETUP(cu.cuEventCreate(&ev_start, EV_TIMING));
@@ -622,7 +433,7 @@ int main(int argc, char **argv)
     fprintf(stderr, "    c: round trips (%d rounds per method)\n", rounds);
     printf("{\"device\": \"%s\", \"driver\": \"%s\", \"driver_version\": %d, \"cudafd\": \"%s\", "
            "\"rounds\": %d, \"block\": %d, \"unit\": \"us\",\n",
-           name, cudafd_driver_path(), version, cudafd_version(), rounds, block);
+           bench_device_name, cudafd_driver_path(), version, cudafd_version(), rounds, block);
     latency(rounds, block, warmup);
     fprintf(stderr, "    c: bubble (%d kernels of 5 us)\n", kernels);
     bubble(kernels, batch, repeats);
@@ -640,8 +451,7 @@ int main(int argc, char **argv)
     cu.cuEventDestroy(ev_block);
     cu.cuEventDestroy(ev_start);
     cu.cuEventDestroy(ev_end);
-    cu.cuStreamDestroy(stream);
-    cu.cuDevicePrimaryCtxRelease(dev);
+    bench_teardown();
     free(ptx);
     return 0;
 }
