@@ -57,10 +57,11 @@ extern "C" {
 #define CUDAFD_MECH_SPIN 2     /* pooled event; a shared waiter polls while waits are pending */
 
 /* Tunables for cudafd_set_option(); process-wide, take effect for new waits. */
-#define CUDAFD_OPT_SPIN_NS 0     /* how long the poller watches a wait before a blocking waiter takes it */
+#define CUDAFD_OPT_SPIN_NS 0     /* the longest the poller spins on a wait before it paces it */
 #define CUDAFD_OPT_MAX_THREADS 1 /* cap on blocking waiter threads (the poller and watchdog are extra) */
 #define CUDAFD_OPT_LINGER_NS 2   /* how long the poller stays awake after its last completion */
 #define CUDAFD_OPT_WATCHDOG_NS 3 /* hostfunc: how often pending points are checked for faults */
+#define CUDAFD_OPT_BLOCK_AFTER_NS 4 /* event: how long a wait is paced before a blocking waiter takes it */
 
 typedef struct cudafd_notifier cudafd_notifier;
 
@@ -158,9 +159,10 @@ void cudafd_notifier_destroy(cudafd_notifier *n);
  *   8 spun       completions found by the polling waiter
  *   9 blocked    completions found by a blocking waiter
  *  10 faults     completions with a nonzero status
- *  11 direct     waits handed straight to a blocking waiter, without the
- *                poller's spin (the adaptive budget said waits are long) */
-#define CUDAFD_STAT_COUNT 12
+ *  11 direct     waits that skipped the poller's spin (the adaptive budget
+ *                said waits are long) and went straight to paced queries
+ *  12 paced      completions found by a paced (timed) query of the poller */
+#define CUDAFD_STAT_COUNT 13
 const char *cudafd_stat_name(int index);
 /* Fill out[0..n) with the counts; returns how many were filled. */
 int cudafd_stats(int64_t *out, int n);

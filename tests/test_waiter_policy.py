@@ -1,9 +1,11 @@
-"""How the native core chooses between spinning and blocking (mechanism "event").
+"""How the native core chooses between spinning, pacing and blocking (mechanism "event").
 
-The poller spins on a new wait for an adaptive budget; once waits keep
-outlasting its floor, new waits go straight to a blocking waiter (stat
-"direct"), and every 16th still spins, for the whole spin_ns, so the core
-notices when waits got short again. Counts, not timings: these hold on any machine."""
+The poller spins on a new wait for an adaptive budget, then paces it: timed
+queries around the time the stream's waits took before. Once waits keep
+outlasting the budget's floor, new waits skip the spin (stat "direct"), and
+every 16th still spins, for the whole spin_ns, so the core notices when waits
+got short again. Only a wait pending longer than CUDAFD_OPT_BLOCK_AFTER_NS
+goes to a blocking waiter. Counts, not timings: these hold on any machine."""
 from __future__ import annotations
 
 import contextlib
@@ -14,20 +16,21 @@ import time
 import cudafd
 from cudafd import _lib
 
-OPT_SPIN_NS = 0  # CUDAFD_OPT_SPIN_NS
-
-
 @contextlib.contextmanager
-def _spin_ns(value: int):
-    """CUDAFD_OPT_SPIN_NS set to ``value`` for the block."""
+def _option(option: int, value: int):
+    """A CUDAFD_OPT_* set to ``value`` for the block."""
     lib = _lib.load()
     old = ctypes.c_int64()
-    assert lib.cudafd_get_option(OPT_SPIN_NS, ctypes.byref(old)) == 0
-    assert lib.cudafd_set_option(OPT_SPIN_NS, value) == 0
+    assert lib.cudafd_get_option(option, ctypes.byref(old)) == 0
+    assert lib.cudafd_set_option(option, value) == 0
     try:
         yield
     finally:
-        lib.cudafd_set_option(OPT_SPIN_NS, old.value)
+        lib.cudafd_set_option(option, old.value)
+
+
+def _spin_ns(value: int):
+    return _option(_lib.OPT_SPIN_NS, value)
 
 
 def _wait_one(n: cudafd.Notifier, stream, seconds: float, seen: dict | None = None) -> None:
@@ -48,7 +51,7 @@ def _wait_one(n: cudafd.Notifier, stream, seconds: float, seen: dict | None = No
             return
 
 
-def test_long_waits_go_straight_to_a_blocker_and_short_ones_spin_again(dev):
+def test_long_waits_are_paced_without_spinning_and_short_ones_spin_again(dev):
     s = dev.stream()
     with cudafd.Notifier("event") as n:
         before = cudafd.stats()
@@ -56,9 +59,12 @@ def test_long_waits_go_straight_to_a_blocker_and_short_ones_spin_again(dev):
             _wait_one(n, s, 0.005)
         mid = cudafd.stats()
         # the budget halves from 50 us to its 5 us floor within a few waits,
-        # then all but every 16th go straight to a blocker
+        # then all but every 16th skip the spin; all are found by paced
+        # queries, none by a blocking waiter (5 ms is far below block_after)
         assert mid["direct"] - before["direct"] >= 20, (before, mid)
-        assert mid["blocked"] - before["blocked"] >= 30, (before, mid)
+        assert mid["paced"] - before["paced"] >= 30, (before, mid)
+        assert mid["blocked"] == before["blocked"], (before, mid)
+        assert mid["threads"] <= 1, mid  # the poller alone
         # every 16th wait is a probe that spins for the whole spin_ns from the
         # poller's first look; 20 ms, so that a loaded machine cannot make a
         # finished wait look long. How many more spin after a probe found one
@@ -96,3 +102,23 @@ def test_a_long_wait_stays_with_a_poller_that_keeps_finding_work(dev):
                 select.select([n.fileno()], [], [], 1.0)
                 seen.update(n.drain())
             assert seen.get(long_token, "missing") is None
+
+
+def test_only_a_wait_past_block_after_goes_to_a_blocking_waiter(dev):
+    s = dev.stream()
+    with _option(_lib.OPT_BLOCK_AFTER_NS, 20_000_000), cudafd.Notifier("event") as n:
+        before = cudafd.stats()
+        _wait_one(n, s, 0.005)  # paced
+        mid = cudafd.stats()
+        assert mid["blocked"] == before["blocked"] and mid["paced"] > before["paced"], (before, mid)
+        _wait_one(n, s, 0.3)  # 20 ms of pacing, then a blocker takes it
+        after = cudafd.stats()
+        assert after["blocked"] == mid["blocked"] + 1, (mid, after)
+
+
+def test_block_after_is_an_option(dev):
+    lib = _lib.load()
+    value = ctypes.c_int64()
+    assert lib.cudafd_get_option(_lib.OPT_BLOCK_AFTER_NS, ctypes.byref(value)) == 0
+    assert value.value == 50_000_000  # the documented default
+    assert lib.cudafd_set_option(_lib.OPT_BLOCK_AFTER_NS, -1) != 0

@@ -16,12 +16,13 @@ struct cfd_global g = {
     .linger_ns = 200 * 1000,
     .watchdog_ns = 10 * 1000 * 1000,
     .max_threads = 32,
+    .block_after_ns = 50 * 1000 * 1000,
     .spin_budget = -1,
 };
 
 static const char *const stat_names[CUDAFD_STAT_COUNT] = {
     "threads", "events", "eventfds", "pending", "notifiers", "contexts", "streams",
-    "completed", "spun", "blocked", "faults", "direct",
+    "completed", "spun", "blocked", "faults", "direct", "paced",
 };
 
 CFD_API const char *cudafd_stat_name(int index)
@@ -47,6 +48,7 @@ static int64_t *option_slot(int option)
     case CUDAFD_OPT_MAX_THREADS: return &g.max_threads;
     case CUDAFD_OPT_LINGER_NS: return &g.linger_ns;
     case CUDAFD_OPT_WATCHDOG_NS: return &g.watchdog_ns;
+    case CUDAFD_OPT_BLOCK_AFTER_NS: return &g.block_after_ns;
     default: return NULL;
     }
 }

@@ -2,9 +2,13 @@
  * contexts.c - one record per CUDA context that cudafd has watched work in:
  * its pool of idle events and its hostfunc side streams.
  *
- * Events are created with CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING:
- * blocking sync lets a waiter sleep in cuEventSynchronize instead of spinning,
- * and no timing keeps a record as cheap as the driver allows. An event goes
+ * Pool events are created with CU_EVENT_DISABLE_TIMING only: no timing keeps
+ * a record as cheap as the driver allows, and they are not blocking-sync,
+ * because the driver lets only about 56 blocking-sync records be pending on a
+ * stream before the next one blocks the caller until the GPU catches up
+ * (measured on an H200: bench/results/2026-11-30-h200-enqueue); plain ones
+ * never did. A blocking waiter bridges to a blocking-sync event of its own
+ * (waiters.c). An event goes
  * back to its pool once its wait finished, so steady-state watches create
  * nothing. When no notifier is open, idle pools and side streams are retired
  * so that every count returns to zero.
@@ -58,9 +62,9 @@ void cfd_ctx_give_event(cfd_ctx *cx, CUevent ev)
     cx->pool[cx->npool++] = ev;
 }
 
-int cfd_event_create(CUevent *ev)
+int cfd_event_create(CUevent *ev, bool blocking)
 {
-    CUresult r = cu.cuEventCreate(ev, CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING);
+    CUresult r = cu.cuEventCreate(ev, CU_EVENT_DISABLE_TIMING | (blocking ? CU_EVENT_BLOCKING_SYNC : 0));
     if (r != CUDA_SUCCESS)
         return cfd_fail_cuda(r, "cuEventCreate");
     cfd_count(ST_EVENTS, 1);

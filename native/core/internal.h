@@ -57,7 +57,7 @@ typedef struct cfd_side_key { /* a caller's stream or event with waits in flight
 typedef struct cfd_ctx {
     CUcontext ctx;
     struct cfd_ctx *next;
-    CUevent *pool; /* free events, all CU_EVENT_BLOCKING_SYNC | DISABLE_TIMING */
+    CUevent *pool; /* free events, all CU_EVENT_DISABLE_TIMING (not blocking-sync: contexts.c) */
     int npool, cappool;
     CUstream side[CFD_SIDE_MAX]; /* side streams, created lazily */
     int side_busy[CFD_SIDE_MAX]; /* waits in flight on each */
@@ -74,7 +74,7 @@ void cfd_ctx_release(cfd_ctx *cx);                /* g.mu held; drops one nwaits
 void cfd_quiesce_locked(void);                    /* g.mu held: retire idle pools if nothing is open */
 void cfd_probe_begin(void);                       /* g.mu held: keep events and records alive while unlocked */
 void cfd_probe_end(void);                         /* g.mu held: ends a probe, retires what it kept alive */
-int cfd_event_create(CUevent *ev);                /* caller's context current */
+int cfd_event_create(CUevent *ev, bool blocking); /* counted; caller's context current */
 /* A side stream for one wait on `key` (a caller's stream or event), held until
  * cfd_side_release: the one the key's waits in flight use (so they stay in
  * order), else an idle one, else a new one (up to CFD_SIDE_MAX), else the
@@ -119,8 +119,8 @@ typedef struct cfd_lane {
     int64_t since;    /* when the current head became head, or (SPIN) the poller first saw it */
     bool looked;      /* SPIN: the poller has seen this lane since it entered the spin list */
     bool probe;       /* SPIN: spin for the whole spin_ns (a probe of whether waits got short) */
-    int64_t next_poll; /* SLOW: next slow query */
-    int64_t backoff;   /* SLOW: current interval */
+    int64_t next_poll; /* SLOW: when the poller queries it next */
+    bool predicted;    /* SLOW: next_poll is this stream's predicted end (the poller spins briefly then) */
 } cfd_lane;
 
 cfd_wait *cfd_wait_lookup(uint64_t token); /* g.mu held */
@@ -163,11 +163,12 @@ int cfd_hostfunc_watch(struct cudafd_notifier *n, cfd_ctx *cx, CUstream user_str
 struct cfd_global {
     pthread_mutex_t mu;
     /* options */
-    int64_t spin_ns, linger_ns, watchdog_ns, max_threads;
+    int64_t spin_ns, linger_ns, watchdog_ns, max_threads, block_after_ns;
     /* poller */
     pthread_cond_t poller_cv;
     bool poller_running, poller_sleeping;
     bool poller_timed;               /* sleeping with a deadline at most HEALTH_NS away */
+    int64_t poller_wake_at;          /* while sleeping timed: when it wakes */
     int64_t spin_budget;             /* adaptive, at most spin_ns (waiters.c); -1: not set yet */
     unsigned direct_probe;           /* counts direct handoffs: every 16th spins instead */
     cfd_lane *spin_list, *slow_list; /* doubly linked via lprev/lnext */
@@ -195,7 +196,7 @@ extern struct cfd_global g;
 
 enum {
     ST_THREADS, ST_EVENTS, ST_EVENTFDS, ST_PENDING, ST_NOTIFIERS, ST_CONTEXTS, ST_STREAMS,
-    ST_COMPLETED, ST_SPUN, ST_BLOCKED, ST_FAULTS, ST_DIRECT
+    ST_COMPLETED, ST_SPUN, ST_BLOCKED, ST_FAULTS, ST_DIRECT, ST_PACED
 };
 
 static inline void cfd_count(int index, int64_t delta)

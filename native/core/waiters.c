@@ -10,28 +10,37 @@
  * condition variable and costs nothing.
  *
  * A lane whose head is still pending after the spin budget (event mechanism
- * only; the spin mechanism never gives up) moves to the slow list. The budget
- * adapts between 5 us and CUDAFD_OPT_SPIN_NS, counted from the poller's first
- * look at the wait (its own wake-up is not spinning): it halves after a pass
- * in which waits outlasted it and grows (by half, and to at least twice the
- * longest spin that paid) after a pass that found waits done, so a stream of
- * 2 ms waits stops costing 50 us of spinning each. Spinning is paid per
- * poller, not per lane: while the poller keeps finding waits done (many busy
- * streams), no lane gives up, since one more query per sweep costs less than
- * a blocking waiter's wake. A lane that gives up is offered to a pool of
- * blocking waiters, capped at
- * CUDAFD_OPT_MAX_THREADS. A blocking waiter sleeps in cuEventSynchronize on a
- * CU_EVENT_BLOCKING_SYNC event, so a long wait costs no CPU, and one long
- * kernel never delays another lane while the cap is not reached. Lanes beyond
- * the cap are queried by the poller with exponential backoff (0.2 to 2 ms),
- * so even then a completion or a fault is noticed; nothing can hang.
+ * only; the spin mechanism never gives up) moves to the slow list, where the
+ * poller paces it: it sleeps until the time this stream's waits took last
+ * (a small history keyed by stream) says the head is about to finish, then
+ * spins briefly (PACE_SPIN_NS). Without a history, or once past it, queries
+ * come at an eighth of the time waited so far. The budget adapts between
+ * 5 us and CUDAFD_OPT_SPIN_NS, counted from the poller's first look at the
+ * wait (its own wake-up is not spinning): it halves after a pass in which
+ * waits outlasted it and grows (by half, and to at least twice the longest
+ * spin that paid) after a pass that found waits done. Spinning is paid per
+ * poller, not per lane: while the poller keeps finding waits done (many
+ * busy streams), no lane gives up, since one more query per sweep costs
+ * less than a wake.
  *
- * Long waits skip the poller: once the budget sits at its floor (waits keep
- * outlasting it), a new lane goes straight to the blocking waiters, so a
- * long wait wakes one thread less (stat "direct"). The poller then sleeps
- * with its health deadline and is not woken for it. Every 16th such lane is
- * a probe that spins for the whole CUDAFD_OPT_SPIN_NS, so the budget grows
- * back when waits get short again.
+ * Why pacing rather than a blocking waiter (measured on an H200,
+ * bench/results/2026-11-30-h200): a thread blocked in cuEventSynchronize on a
+ * blocking-sync event used 137 us of CPU per 2 ms wait and returned 181 us
+ * after the kernel ended; a timed sleep costs one wake (~17 us). A driver
+ * call from another thread also slows the caller's own launches (12.4 ->
+ * 20.7 us per launch + record), and a paced poller makes one call per wait.
+ *
+ * Only a wait still pending after CUDAFD_OPT_BLOCK_AFTER_NS (50 ms) is
+ * offered to a pool of blocking waiters, capped at CUDAFD_OPT_MAX_THREADS,
+ * which sleep in cuEventSynchronize on a blocking-sync event bridged from
+ * the wait's own (sleep_on): for waits that long, their cost is noise.
+ * Lanes beyond the cap stay paced; nothing can hang.
+ *
+ * Long waits skip the spin: once the budget sits at its floor (waits keep
+ * outlasting it), a new lane is paced at once (stat "direct"), and the poller
+ * is woken only if it would otherwise sleep past the lane's first query.
+ * Every 16th such lane is a probe that spins for the whole
+ * CUDAFD_OPT_SPIN_NS, so the budget grows back when waits get short again.
  *
  * Ownership: a lane in the spin or slow list is owned by the poller, which
  * alone pops its head; a blocker takes a slow lane (state BLOCKED) only when
@@ -52,15 +61,20 @@
  */
 #include <errno.h>
 #include <time.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "internal.h"
 
 #define SNAP_MAX 512
-#define SLOW_FIRST_NS (200 * 1000)
-#define SLOW_MAX_NS (2 * 1000 * 1000)
 #define SPIN_FLOOR_NS (5 * 1000)
 #define HEALTH_NS (20 * 1000 * 1000)
 #define INNER_NS (20 * 1000) /* longest unlocked query round */
+#define PACE_MIN_NS (20 * 1000)     /* the shortest sleep between paced queries */
+#define PACE_EARLY_NS (20 * 1000)   /* wake this much before the predicted end */
+#define PACE_SPIN_NS (60 * 1000)    /* then spin at most this long */
+#define PACE_SLOTS 256              /* the history of how long streams' waits took */
 
 static void *poller_main(void *arg);
 static void *blocker_main(void *arg);
@@ -86,8 +100,7 @@ static void list_del(cfd_lane **list, cfd_lane *l)
 }
 
 
-static bool offer_to_blockers(cfd_lane *l);
-static bool enter_slow(cfd_lane *l, int64_t now);
+static void enter_slow(cfd_lane *l, int64_t now);
 
 static void wake_poller_if_untimed(void)
 {
@@ -95,23 +108,20 @@ static void wake_poller_if_untimed(void)
         pthread_cond_signal(&g.poller_cv);
 }
 
-/* Waits have been outlasting the shortest spin budget: hand this lane to a
- * blocking waiter at once. The poller is not woken (one thread wake less
- * per long wait); it is sleeping with a deadline already, or is woken here
- * when it is not, since it checks blocked lanes for faults on a timer. Every
- * 16th lane spins instead, as the probe that notices when waits got short. */
+/* Waits have been outlasting the shortest spin budget: pace this lane at
+ * once. The poller is woken only if it would sleep past the lane's first
+ * query (one thread wake less per long wait otherwise). Every 16th lane
+ * spins instead, as the probe that notices when waits got short. */
 static bool activate_direct(cfd_lane *l)
 {
-    if (l->mech != CUDAFD_MECH_EVENT || !g.poller_running || g.spin_budget < 0 ||
-        g.spin_budget > SPIN_FLOOR_NS || (g.idle_blockers == 0 && g.nblockers >= g.max_threads))
+    if (l->mech != CUDAFD_MECH_EVENT || !g.poller_running || g.spin_budget < 0 || g.spin_budget > SPIN_FLOOR_NS)
         return false;
     if ((++g.direct_probe & 15) == 0) {
         l->probe = true;
         return false;
     }
-    if (enter_slow(l, cfd_now_ns()))
-        wake_poller_if_untimed();
-    else if (g.poller_sleeping) /* no blocker will come: the poller queries it */
+    enter_slow(l, cfd_now_ns());
+    if (g.poller_sleeping && (!g.poller_timed || l->next_poll < g.poller_wake_at))
         pthread_cond_signal(&g.poller_cv);
     cfd_count(ST_DIRECT, 1);
     return true;
@@ -162,7 +172,7 @@ static bool offer_to_blockers(cfd_lane *l)
         g.nblockers++;
         return true;
     }
-    return false; /* the poller keeps querying it with backoff until a blocker is free */
+    return false; /* the poller keeps pacing it until a blocker is free */
 }
 
 /* Leave the poller's lists; free the lane if nothing else refers to it. */
@@ -179,14 +189,58 @@ static void retire_lane(cfd_lane *l)
         cfd_lane_free(l);
 }
 
-/* Into the slow list, offered to the blockers; false if no blocker will come for it. */
-static bool enter_slow(cfd_lane *l, int64_t now)
+/* ---- pacing ---- */
+
+/* How long the last wait of each stream took, from becoming its lane's head
+ * to being found (direct-mapped by stream; a collision only costs a guess). */
+static struct {
+    CUcontext ctx;
+    uintptr_t stream;
+    int64_t ns;
+} pace_hist[PACE_SLOTS];
+
+static int64_t *pace_of(const cfd_lane *l)
+{
+    uint64_t h = ((uint64_t)(uintptr_t)l->ctx ^ (uint64_t)l->stream * 0x9e3779b97f4a7c15ull) >> 17;
+    int i = (int)(h % PACE_SLOTS);
+    if (pace_hist[i].ctx != l->ctx || pace_hist[i].stream != l->stream) {
+        pace_hist[i].ctx = l->ctx;
+        pace_hist[i].stream = l->stream;
+        pace_hist[i].ns = 0; /* unknown */
+    }
+    return &pace_hist[i].ns;
+}
+
+/* The next paced query of a lane whose head has waited since l->since. */
+static void pace_next(cfd_lane *l, int64_t now, bool first)
+{
+    int64_t pace = *pace_of(l);
+    int64_t at = l->since + pace - PACE_EARLY_NS;
+    l->predicted = first && pace > 0 && at > now + PACE_MIN_NS;
+    if (!l->predicted) {
+        int64_t step = (now - l->since) / 8;
+        at = now + (step < PACE_MIN_NS ? PACE_MIN_NS : step > HEALTH_NS ? HEALTH_NS : step);
+    } else if (at > now + HEALTH_NS) {
+        at = now + HEALTH_NS; /* faults are still looked for that often */
+        l->predicted = false;
+    }
+    l->next_poll = at;
+}
+
+/* A paced head was found done at `now`: remember how long it took. `first`:
+ * at the first query of a round, so it may have ended well before. */
+static void pace_learn(cfd_lane *l, int64_t now, bool first)
+{
+    int64_t took = now - l->since, *pace = pace_of(l);
+    *pace = first ? took - took / 16 : took;
+}
+
+/* Into the slow list: paced by the poller. */
+static void enter_slow(cfd_lane *l, int64_t now)
 {
     l->state = LANE_SLOW;
-    l->backoff = SLOW_FIRST_NS;
-    l->next_poll = now + l->backoff;
+    pace_next(l, now, true);
     list_add(&g.slow_list, l);
-    return offer_to_blockers(l);
 }
 
 static void to_slow(cfd_lane *l, int64_t now)
@@ -255,6 +309,9 @@ static void *poller_main(void *arg)
     CUcontext current = NULL;
     int64_t last_done = 0;  /* for the linger window; 0 once it has passed */
     int64_t last_found = 0; /* the last pass that found a wait done */
+#ifdef PR_SET_TIMERSLACK
+    prctl(PR_SET_TIMERSLACK, 1000UL); /* paced wakes: 1 us late at most, not the default 50 */
+#endif
     pthread_mutex_lock(&g.mu);
     if (g.spin_budget < 0 || g.spin_budget > g.spin_ns)
         g.spin_budget = g.spin_ns;
@@ -273,11 +330,14 @@ static void *poller_main(void *arg)
             }
             snap[k++] = (struct snap){l, l->head->ev, l->head->cx->ctx, 0};
         }
+        bool pace_spin = false; /* a predicted end is due: spin briefly around it */
         for (cfd_lane *l = g.slow_list; l && k < SNAP_MAX; l = l->lnext) {
-            if (l->next_poll <= now)
+            if (l->next_poll <= now) {
+                pace_spin |= l->predicted;
                 snap[k++] = (struct snap){l, l->head->ev, l->head->cx->ctx, 0};
-            else if (l->next_poll < next_slow)
+            } else if (l->next_poll < next_slow) {
                 next_slow = l->next_poll;
+            }
         }
         if (g.blocked_list && now >= next_health) {
             check_health();
@@ -295,7 +355,7 @@ static void *poller_main(void *arg)
             if (!g.slow_list && g.nopen == 0)
                 break;
             if (now < last_done + g.linger_ns) { /* stay awake for the next short wait */
-                int64_t until = last_done + g.linger_ns;
+                int64_t until = last_done + g.linger_ns < next_slow ? last_done + g.linger_ns : next_slow;
                 pthread_mutex_unlock(&g.mu);
                 while (atomic_load_explicit(&g.nspin, memory_order_relaxed) == 0 && cfd_now_ns() < until)
                     for (int i = 0; i < 32; i++)
@@ -306,6 +366,7 @@ static void *poller_main(void *arg)
             }
             g.poller_sleeping = true;
             g.poller_timed = next_slow - now <= HEALTH_NS;
+            g.poller_wake_at = next_slow;
             if (next_slow == INT64_MAX)
                 pthread_cond_wait(&g.poller_cv, &g.mu);
             else
@@ -319,10 +380,11 @@ static void *poller_main(void *arg)
          * is done, nothing new was watched and the inner bound has not
          * passed: watch() callers then rarely meet a held lock. */
         int64_t inner = spin_budget < INNER_NS ? spin_budget : INNER_NS;
-        int64_t inner_until = now + inner;
+        int64_t inner_until = now + (pace_spin ? PACE_SPIN_NS : inner);
         unsigned seen = atomic_load_explicit(&g.activity, memory_order_acquire);
+        int rounds = 0;
         pthread_mutex_unlock(&g.mu);
-        for (;;) {
+        for (;; rounds++) {
             bool any = false;
             for (int i = 0; i < k; i++) {
                 if (snap[i].ctx != current && cu.cuCtxSetCurrent(snap[i].ctx) == CUDA_SUCCESS)
@@ -343,6 +405,7 @@ static void *poller_main(void *arg)
             progress = snap[i].r != CUDA_ERROR_NOT_READY;
         if (progress)
             last_found = now;
+        bool first_round = rounds == 0; /* found at the first query: it may have ended well before */
         int64_t spun = -1;     /* the longest spin that paid in this pass */
         bool gave_up = false;  /* a lane outlasted the budget in this pass */
         for (int i = 0; i < k; i++) {
@@ -353,6 +416,10 @@ static void *poller_main(void *arg)
                     if (now - l->since > spun)
                         spun = now - l->since;
                     l->probe = false;
+                } else {
+                    if (snap[i].r == CUDA_SUCCESS)
+                        pace_learn(l, now, first_round);
+                    cfd_count(ST_PACED, 1);
                 }
                 cfd_lane_pop(l, snap[i].r);
                 cfd_count(ST_SPUN, 1);
@@ -370,22 +437,49 @@ static void *poller_main(void *arg)
                     gave_up = true;
                 }
             } else {
-                l->backoff = l->backoff * 2 > SLOW_MAX_NS ? SLOW_MAX_NS : l->backoff * 2;
-                l->next_poll = now + l->backoff;
-                offer_to_blockers(l); /* no-op if still queued */
+                pace_next(l, now, false);
+                if (now - l->since >= g.block_after_ns)
+                    offer_to_blockers(l); /* no-op if still queued */
             }
         }
         if (spun >= 0)
             g.spin_budget = grown(spin_budget, spun);
         else if (gave_up)
             g.spin_budget = spin_budget / 2 > SPIN_FLOOR_NS ? spin_budget / 2 : SPIN_FLOOR_NS;
-        if (progress)
+        if (spun >= 0) /* linger only for short waits: after a paced one it would be pure cost */
             last_done = now;
     }
     g.poller_running = false;
     cfd_thread_exit_locked();
     pthread_mutex_unlock(&g.mu);
     return arg;
+}
+
+/* Sleep until `ev` completes; cx->ctx current, g.mu not held. Pool events
+ * are plain (contexts.c says why), and cuEventSynchronize spins on those: a
+ * side stream waits for `ev` and records a blocking-sync event of this
+ * thread's, which it sleeps on. One such record per blocked lane is far from
+ * the driver's limit of pending ones. If the bridge cannot be set up, the
+ * plain (spinning) synchronize still gives the right answer. */
+static CUresult sleep_on(cfd_ctx *cx, CUevent ev)
+{
+    CUstream side = NULL;
+    int index = -1;
+    CUevent bridge = NULL;
+    bool ok = cfd_side_stream(cx, (uintptr_t)ev, &side, &index) == CUDAFD_OK &&
+              cfd_event_create(&bridge, true) == CUDAFD_OK && cu.cuStreamWaitEvent(side, ev, 0) == CUDA_SUCCESS &&
+              cu.cuEventRecord(bridge, side) == CUDA_SUCCESS;
+    CUresult r = ok ? cu.cuEventSynchronize(bridge) : cu.cuEventSynchronize(ev);
+    if (ok && r == CUDA_SUCCESS)
+        r = cu.cuEventQuery(ev); /* the answer for ev itself */
+    if (bridge)
+        cfd_event_destroy(bridge); /* released by the driver once its record completes */
+    if (index >= 0) {
+        pthread_mutex_lock(&g.mu);
+        cfd_side_release(cx, (uintptr_t)ev, index);
+        pthread_mutex_unlock(&g.mu);
+    }
+    return r;
 }
 
 /* The first queued lane a blocker may take; stale entries are dropped. */
@@ -435,11 +529,11 @@ static void *blocker_main(void *arg)
         bool block = true;
         while (l->head) {
             CUevent ev = l->head->ev;
-            CUcontext ctx = l->head->cx->ctx;
+            cfd_ctx *cx = l->head->cx;
             pthread_mutex_unlock(&g.mu);
-            if (ctx != current && cu.cuCtxSetCurrent(ctx) == CUDA_SUCCESS)
-                current = ctx;
-            CUresult r = block ? cu.cuEventSynchronize(ev) : cu.cuEventQuery(ev);
+            if (cx->ctx != current && cu.cuCtxSetCurrent(cx->ctx) == CUDA_SUCCESS)
+                current = cx->ctx;
+            CUresult r = block ? sleep_on(cx, ev) : cu.cuEventQuery(ev);
             pthread_mutex_lock(&g.mu);
             if (r == CUDA_ERROR_NOT_READY) {
                 block = true;

@@ -60,7 +60,7 @@ int cfd_record(cfd_ctx *cx, CUstream stream, CUevent taken, CUevent *out)
     bool pooled = ev != NULL;
     for (int attempt = 0; attempt < 2; attempt++) {
         if (!ev) {
-            int rc = cfd_event_create(&ev);
+            int rc = cfd_event_create(&ev, false);
             if (rc != CUDAFD_OK)
                 return rc;
         }
@@ -234,9 +234,8 @@ CFD_API int cudafd_watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *to
         rc = cfd_hostfunc_watch(n, cx, NULL, (CUevent)event, token);
     } else {
         /* A side stream waits for the caller's event, then records one of our
-         * blocking-sync events: waiters then never spin inside the driver on
-         * a caller's spin-sync event, and the caller's event may be recorded
-         * again or destroyed as soon as this returns. */
+         * events: the caller's event may be recorded again or destroyed as
+         * soon as this returns, and a blocking waiter needs its own record. */
         CUstream side = NULL;
         CUevent ev = NULL;
         int side_index = -1;

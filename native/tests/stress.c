@@ -419,8 +419,10 @@ static void check_counts_zero(void)
     }
     for (int i = 0; i <= 6; i++)
         CHECK(st[i] == 0, "%s = %lld at the end", cudafd_stat_name(i), (long long)st[i]);
-    printf("stress: completed %lld (spun %lld, blocked %lld of which direct %lld, faults %lld)\n",
-           (long long)st[7], (long long)st[8], (long long)st[9], (long long)st[11], (long long)st[10]);
+    CHECK(st[9] > 0, "no wait reached a blocking waiter");
+    printf("stress: completed %lld (spun %lld of which paced %lld, blocked %lld, direct %lld, faults %lld)\n",
+           (long long)st[7], (long long)st[8], (long long)st[12], (long long)st[9], (long long)st[11],
+           (long long)st[10]);
 }
 
 int main(void)
@@ -445,10 +447,18 @@ int main(void)
         test_fault(mechs[m]);
         test_fault_after_idle(mechs[m]);
     }
-    /* few blocking threads: lanes beyond the cap are polled, nothing stalls */
+    /* blocking waiters take every wait that outlasts the spin (their bridge
+     * events, side streams and threads under load), then few of them: lanes
+     * beyond the cap stay paced, nothing stalls */
+    cudafd_set_option(CUDAFD_OPT_BLOCK_AFTER_NS, 0);
+    test_ordering(CUDAFD_MECH_EVENT, a, b);
+    test_threads(CUDAFD_MECH_EVENT, a);
+    test_cancel(CUDAFD_MECH_EVENT, a);
+    test_fault(CUDAFD_MECH_EVENT);
     cudafd_set_option(CUDAFD_OPT_MAX_THREADS, 1);
     test_ordering(CUDAFD_MECH_EVENT, a, b);
     cudafd_set_option(CUDAFD_OPT_MAX_THREADS, 8);
+    cudafd_set_option(CUDAFD_OPT_BLOCK_AFTER_NS, 50 * 1000 * 1000);
     sim_ctx_destroy(a);
     sim_ctx_destroy(b);
     check_counts_zero();

@@ -14,9 +14,10 @@ def stats() -> dict[str, int]:
 
     From the native core (when it loads): ``threads``, ``events``,
     ``eventfds``, ``pending``, ``notifiers``, ``contexts``, ``streams`` (live)
-    and ``completed``, ``spun``, ``blocked``, ``faults``, ``direct``
-    (cumulative: ``direct`` counts the waits handed straight to a blocking
-    waiter without the poller's spin). From the pure-Python "poll"
+    and ``completed``, ``spun``, ``blocked``, ``faults``, ``direct``,
+    ``paced`` (cumulative: ``direct`` counts the waits that skipped the
+    poller's spin, ``paced`` the completions a timed query of the poller
+    found). From the pure-Python "poll"
     mechanism: ``poll_events`` and ``poll_eventfds``.
     Native waiter threads may linger briefly after the last wait; every other
     live count returns to zero once all Notifiers are closed and drained.
