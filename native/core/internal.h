@@ -121,6 +121,7 @@ typedef struct cfd_lane {
     bool probe;       /* SPIN: spin for the whole spin_ns (a probe of whether waits got short) */
     int64_t next_poll; /* SLOW: when the poller queries it next */
     bool predicted;    /* SLOW: next_poll is this stream's predicted end (the poller spins briefly then) */
+    int64_t step;      /* SLOW: the last interval between paced queries; 0 before the first */
 } cfd_lane;
 
 cfd_wait *cfd_wait_lookup(uint64_t token); /* g.mu held */
@@ -169,6 +170,7 @@ struct cfd_global {
     bool poller_running, poller_sleeping;
     bool poller_timed;               /* sleeping with a deadline at most HEALTH_NS away */
     int64_t poller_wake_at;          /* while sleeping timed: when it wakes */
+    int64_t wake_late;               /* how late its timed wakes come, on average (paced queries allow for it) */
     int64_t spin_budget;             /* adaptive, at most spin_ns (waiters.c); -1: not set yet */
     unsigned direct_probe;           /* counts direct handoffs: every 16th spins instead */
     cfd_lane *spin_list, *slow_list; /* doubly linked via lprev/lnext */

@@ -72,9 +72,10 @@
 #define HEALTH_NS (20 * 1000 * 1000)
 #define INNER_NS (20 * 1000) /* longest unlocked query round */
 #define PACE_MIN_NS (20 * 1000)     /* the shortest sleep between paced queries */
-#define PACE_EARLY_NS (20 * 1000)   /* wake this much before the predicted end */
-#define PACE_SPIN_NS (60 * 1000)    /* then spin at most this long */
+#define PACE_EARLY_NS (10 * 1000)   /* wake this much before the predicted end (and how late wakes come) */
+#define PACE_SPIN_NS (50 * 1000)    /* then spin at most this long */
 #define PACE_SLOTS 256              /* the history of how long streams' waits took */
+#define WAKE_LATE_MAX_NS (500 * 1000) /* a later wake is an outlier, not how this machine wakes */
 
 static void *poller_main(void *arg);
 static void *blocker_main(void *arg);
@@ -211,28 +212,46 @@ static int64_t *pace_of(const cfd_lane *l)
     return &pace_hist[i].ns;
 }
 
-/* The next paced query of a lane whose head has waited since l->since. */
+/* The next paced query of a lane whose head has waited since l->since.
+ * `first`: it just became paced. Then, if the stream has a history, the
+ * query comes PACE_EARLY_NS before its predicted end. Past that (or without
+ * a history), intervals start at PACE_MIN_NS after a prediction (the end is
+ * near) or at an eighth of the time waited, double after each miss, and
+ * never exceed an eighth of the time waited (so a late notice costs at
+ * most ~12% of the wait) nor HEALTH_NS (faults are looked for that often). */
 static void pace_next(cfd_lane *l, int64_t now, bool first)
 {
-    int64_t pace = *pace_of(l);
-    int64_t at = l->since + pace - PACE_EARLY_NS;
-    l->predicted = first && pace > 0 && at > now + PACE_MIN_NS;
-    if (!l->predicted) {
-        int64_t step = (now - l->since) / 8;
-        at = now + (step < PACE_MIN_NS ? PACE_MIN_NS : step > HEALTH_NS ? HEALTH_NS : step);
-    } else if (at > now + HEALTH_NS) {
-        at = now + HEALTH_NS; /* faults are still looked for that often */
-        l->predicted = false;
+    int64_t pace = *pace_of(l), waited = now - l->since;
+    if (first) {
+        l->step = 0;
+        int64_t at = l->since + pace - PACE_EARLY_NS - g.wake_late;
+        if (pace > 0 && at > now) {
+            l->predicted = true;
+            l->next_poll = at < now + HEALTH_NS ? at : now + HEALTH_NS;
+            return;
+        }
     }
-    l->next_poll = at;
+    int64_t step = l->step ? 2 * l->step : (l->predicted ? PACE_MIN_NS : waited / 8);
+    if (step > waited / 8)
+        step = waited / 8;
+    l->step = step < PACE_MIN_NS ? PACE_MIN_NS : step > HEALTH_NS ? HEALTH_NS : step;
+    l->predicted = false;
+    l->next_poll = now + l->step;
 }
 
-/* A paced head was found done at `now`: remember how long it took. `first`:
- * at the first query of a round, so it may have ended well before. */
-static void pace_learn(cfd_lane *l, int64_t now, bool first)
+/* A paced head was found done at `now`: remember how long it took. Found by
+ * spinning, the time is exact. At the first query of a round it ended some
+ * time before: after a predicted query, the prediction steps back by the
+ * early margin (until a query comes before the end and the spin times it);
+ * after an interval, assume it ended midway through it. */
+static void pace_learn(cfd_lane *l, int64_t now, bool first_round)
 {
     int64_t took = now - l->since, *pace = pace_of(l);
-    *pace = first ? took - took / 16 : took;
+    if (first_round && l->predicted)
+        took = *pace - PACE_EARLY_NS; /* not `took`: that includes how late the wake came */
+    else if (first_round)
+        took -= l->step / 2;
+    *pace = took > 0 ? took : 1;
 }
 
 /* Into the slow list: paced by the poller. */
@@ -367,10 +386,14 @@ static void *poller_main(void *arg)
             g.poller_sleeping = true;
             g.poller_timed = next_slow - now <= HEALTH_NS;
             g.poller_wake_at = next_slow;
-            if (next_slow == INT64_MAX)
+            if (next_slow == INT64_MAX) {
                 pthread_cond_wait(&g.poller_cv, &g.mu);
-            else
+            } else {
                 cfd_cond_wait_ns(&g.poller_cv, next_slow - now);
+                int64_t late = cfd_now_ns() - next_slow; /* how late timed wakes come here */
+                if (late >= 0 && late < WAKE_LATE_MAX_NS)
+                    g.wake_late += (late - g.wake_late) / 8;
+            }
             g.poller_sleeping = g.poller_timed = false;
             continue;
         }
