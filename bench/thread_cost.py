@@ -1,0 +1,101 @@
+"""Where the CPU of a long wait goes, thread by thread.
+
+    python bench/thread_cost.py [--kernel-ms 2] [--waits 300]
+
+For each way of waiting, --waits kernels of --kernel-ms back to back on one
+stream; before and after, every thread's on-CPU time (/proc schedstat, ns)
+and voluntary context switches (each one a sleep, so a later wake). Prints,
+per thread name: CPU µs per wait and sleeps per wait. Linux only.
+  cudafd_event     Notifier("event").watch + select() on its fd + drain
+  asyncio_event    await Notifier("event").wait(stream) in one asyncio loop
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import select
+import time
+from collections import defaultdict
+
+import cudafd
+from cudafd._bench.gpu import Gpu
+
+
+def snapshot() -> dict[str, list[int]]:
+    """Per thread name: [cpu ns, voluntary switches, involuntary switches], summed."""
+    out: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for tid in os.listdir("/proc/self/task"):
+        base = f"/proc/self/task/{tid}"
+        try:
+            name = open(f"{base}/comm").read().strip()
+            cpu = int(open(f"{base}/schedstat").read().split()[0])
+            status = open(f"{base}/status").read()
+        except OSError:
+            continue
+        vol = int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+        invol = int(status.split("nonvoluntary_ctxt_switches:")[1].split()[0])
+        row = out[name]
+        row[0] += cpu
+        row[1] += vol
+        row[2] += invol
+    return out
+
+
+def report(name: str, waits: int, before, after, wall: float, kernel: float) -> None:
+    print(f"{name}: {waits} waits, {(wall / waits - kernel) * 1e6:.1f} us over the kernel per wait")
+    total = 0.0
+    for thread in sorted(set(before) | set(after)):
+        a, b = after.get(thread, [0, 0, 0]), before.get(thread, [0, 0, 0])
+        cpu = (a[0] - b[0]) / waits / 1e3
+        total += cpu
+        print(f"  {thread:18s} cpu/wait {cpu:8.1f} us  sleeps/wait {(a[1] - b[1]) / waits:6.2f}  "
+              f"preempted/wait {(a[2] - b[2]) / waits:6.2f}")
+    print(f"  {'all':18s} cpu/wait {total:8.1f} us", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kernel-ms", type=float, default=2.0)
+    ap.add_argument("--waits", type=int, default=300)
+    a = ap.parse_args()
+    kernel, waits = a.kernel_ms / 1e3, a.waits
+    gpu = Gpu()
+    s = gpu.streams(1)[0]
+    print(f"{gpu.description}; kernel {a.kernel_ms} ms", flush=True)
+
+    with cudafd.Notifier("event") as n:
+        fd = n.fileno()
+
+        def one():
+            gpu.launch(s, kernel)
+            token = n.watch(s)
+            while True:
+                select.select([fd], [], [], 5.0)
+                if any(t == token for t, _ in n.drain()):
+                    return
+
+        for _ in range(30):
+            one()
+        before, t0 = snapshot(), time.perf_counter()
+        for _ in range(waits):
+            one()
+        report("cudafd_event", waits, before, snapshot(), time.perf_counter() - t0, kernel)
+
+    async def aio():
+        with cudafd.Notifier("event") as n:
+            for _ in range(30):
+                gpu.launch(s, kernel)
+                await n.wait(s)
+            before, t0 = snapshot(), time.perf_counter()
+            for _ in range(waits):
+                gpu.launch(s, kernel)
+                await n.wait(s)
+            report("asyncio_event", waits, before, snapshot(), time.perf_counter() - t0, kernel)
+
+    asyncio.run(aio())
+    gpu.close()
+
+
+if __name__ == "__main__":
+    main()
