@@ -82,6 +82,30 @@ def main() -> None:
             one()
         report("cudafd_event", waits, before, snapshot(), time.perf_counter() - t0, kernel)
 
+        # the calling thread's CPU, step by step (thread_time: this thread only)
+        steps = defaultdict(int)
+        clock = time.thread_time_ns
+        for _ in range(waits):
+            c0 = clock()
+            gpu.launch(s, kernel)
+            c1 = clock()
+            token = n.watch(s)
+            c2 = clock()
+            select.select([fd], [], [], 5.0)
+            c3 = clock()
+            got = n.drain()
+            c4 = clock()
+            while not any(t == token for t, _ in got):
+                select.select([fd], [], [], 5.0)
+                got = n.drain()
+            for key, d in (("launch", c1 - c0), ("watch", c2 - c1), ("select", c3 - c2), ("drain", c4 - c3)):
+                steps[key] += d
+        print("  calling thread, per step: " + ", ".join(f"{k} {v / waits / 1e3:.1f} us" for k, v in steps.items()))
+        c0 = clock()
+        for _ in range(waits):
+            time.sleep(kernel)
+        print(f"  time.sleep({a.kernel_ms} ms) alone: {(clock() - c0) / waits / 1e3:.1f} us of this thread's CPU")
+
     async def aio():
         with cudafd.Notifier("event") as n:
             for _ in range(30):
