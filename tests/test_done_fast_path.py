@@ -236,3 +236,20 @@ def test_asyncio_cancel_while_spinning_ahead_leaves_nothing(dev, loop_flavor, me
         assert not _aio.dispatcher(asyncio.get_running_loop(), api.notifier)._busy()
 
     run(loop_flavor, mechanism, body)
+
+
+@pytest.mark.asyncio_only
+def test_asyncio_long_waits_turn_the_spin_off(dev, loop_flavor, mechanism):
+    # Waits that outlast the window, ahead of the watch or after it, halve it
+    # until it is off: long waits then cost no spinning at all.
+    s = dev.stream()
+
+    async def body(api):
+        _scripted(api.notifier, [False] * 10**6)  # the driver never says "done" early
+        for _ in range(12):
+            s.launch(0.002)
+            await api.notifier.wait(s)
+        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
+        assert d._window < _aio.SPIN_MIN, d._window
+
+    run(loop_flavor, mechanism, body)

@@ -210,6 +210,8 @@ class Dispatcher:
                 if spent < 0:
                     return
                 window -= spent
+                if window <= 0:  # the whole window went by ahead of the watch: a miss
+                    self._window_missed()
         token = self._watch(t, False)
         if window > 0 and await self._wait_inline(token, t, window):
             return
@@ -323,8 +325,12 @@ class Dispatcher:
                 self._cancel(token)  # cancelled while spinning: detach (GPU work goes on)
             raise
         del inline[token]
-        self._window = self._window / 2 if self._window >= SPIN_MIN else 0.0
+        self._window_missed()
         return False
+
+    def _window_missed(self) -> None:
+        """A lone wait outlasted its spin window: halve it, down to off."""
+        self._window = self._window / 2 if self._window >= SPIN_MIN else 0.0
 
     # ---- registration ----
 
