@@ -52,7 +52,7 @@ extern "C" {
  * (the driver's error for the awaited work, e.g. 700 CUDA_ERROR_ILLEGAL_ADDRESS). */
 
 /* Mechanisms: how a notifier learns that the GPU passed a point. */
-#define CUDAFD_MECH_EVENT 0    /* pooled blocking-sync event; shared waiters spin briefly, then block */
+#define CUDAFD_MECH_EVENT 0    /* pooled event; a shared poller spins briefly, then paces; long waits block */
 #define CUDAFD_MECH_HOSTFUNC 1 /* cuLaunchHostFunc on a side stream; a watchdog surfaces faults */
 #define CUDAFD_MECH_SPIN 2     /* pooled event; a shared waiter polls while waits are pending */
 
