@@ -1,6 +1,10 @@
 /*
  * contexts.c - one record per CUDA context that cudafd has watched work in:
- * its pool of idle events and its hostfunc side streams.
+ * its pool of idle events and its two pools of side streams: one for waits
+ * (hostfunc points, waits on a caller's event), one for the blocking
+ * waiters' bridges, kept apart so that up to CFD_SIDE_MAX blocked waits
+ * never take side streams that waits need (a shared pool ran out at 32 and
+ * made a short wait share a stream behind a 2 s one).
  *
  * Pool events are created with CU_EVENT_DISABLE_TIMING only: no timing keeps
  * a record as cheap as the driver allows, and they are not blocking-sync,
@@ -77,18 +81,24 @@ void cfd_event_destroy(CUevent ev)
     cfd_count(ST_EVENTS, -1);
 }
 
+static void retire_streams(cfd_side_pool *p)
+{
+    for (int i = 0; i < CFD_SIDE_MAX; i++) {
+        if (p->stream[i]) {
+            cu.cuStreamDestroy(p->stream[i]);
+            p->stream[i] = NULL;
+            cfd_count(ST_STREAMS, -1);
+        }
+    }
+}
+
 static void retire(cfd_ctx *cx)
 {
     for (int i = 0; i < cx->npool; i++)
         cfd_event_destroy(cx->pool[i]);
     cx->npool = 0;
-    for (int i = 0; i < CFD_SIDE_MAX; i++) {
-        if (cx->side[i]) {
-            cu.cuStreamDestroy(cx->side[i]);
-            cx->side[i] = NULL;
-            cfd_count(ST_STREAMS, -1);
-        }
-    }
+    retire_streams(&cx->side);
+    retire_streams(&cx->bridge);
 }
 
 void cfd_quiesce_locked(void)
@@ -105,7 +115,8 @@ void cfd_quiesce_locked(void)
         if (cx->nwaits == 0) {
             *link = cx->next;
             free(cx->pool);
-            free(cx->keys);
+            free(cx->side.keys);
+            free(cx->bridge.keys);
             free(cx);
             cfd_count(ST_CONTEXTS, -1);
         } else {
@@ -133,61 +144,61 @@ void cfd_probe_end(void)
 }
 
 /* An idle side stream, else a slot for a new one, else the least busy. */
-static int pick_side(cfd_ctx *cx)
+static int pick_side(const cfd_side_pool *p)
 {
     for (int i = 0; i < CFD_SIDE_MAX; i++)
-        if (cx->side[i] && cx->side_busy[i] == 0)
+        if (p->stream[i] && p->busy[i] == 0)
             return i;
     for (int i = 0; i < CFD_SIDE_MAX; i++)
-        if (!cx->side[i] && cx->side_busy[i] == 0)
+        if (!p->stream[i] && p->busy[i] == 0)
             return i;
     int best = 0;
     for (int i = 1; i < CFD_SIDE_MAX; i++)
-        if (cx->side_busy[i] < cx->side_busy[best])
+        if (p->busy[i] < p->busy[best])
             best = i;
     return best;
 }
 
-/* Reserve a side stream index for one wait on key; -1 when out of memory. */
-static int hold_side(cfd_ctx *cx, uintptr_t key)
+/* Reserve a side stream index for one holder of key; -1 when out of memory. */
+static int hold_side(cfd_side_pool *p, uintptr_t key)
 {
     cfd_side_key *e = NULL;
-    for (int k = 0; k < cx->nkeys && !e; k++)
-        if (cx->keys[k].key == key)
-            e = &cx->keys[k];
+    for (int k = 0; k < p->nkeys && !e; k++)
+        if (p->keys[k].key == key)
+            e = &p->keys[k];
     if (!e) {
-        if (cx->nkeys == cx->capkeys) {
-            int cap = cx->capkeys ? 2 * cx->capkeys : 8;
-            cfd_side_key *grown = realloc(cx->keys, (size_t)cap * sizeof *grown);
+        if (p->nkeys == p->capkeys) {
+            int cap = p->capkeys ? 2 * p->capkeys : 8;
+            cfd_side_key *grown = realloc(p->keys, (size_t)cap * sizeof *grown);
             if (!grown)
                 return -1;
-            cx->keys = grown;
-            cx->capkeys = cap;
+            p->keys = grown;
+            p->capkeys = cap;
         }
-        e = &cx->keys[cx->nkeys++];
-        *e = (cfd_side_key){key, pick_side(cx), 0};
+        e = &p->keys[p->nkeys++];
+        *e = (cfd_side_key){key, pick_side(p), 0};
     }
     e->inflight++;
-    cx->side_busy[e->side]++;
+    p->busy[e->side]++;
     return e->side;
 }
 
-void cfd_side_release(cfd_ctx *cx, uintptr_t key, int index)
+void cfd_side_release(cfd_side_pool *p, uintptr_t key, int index)
 {
-    cx->side_busy[index]--;
-    for (int k = 0; k < cx->nkeys; k++)
-        if (cx->keys[k].key == key) {
-            if (--cx->keys[k].inflight == 0)
-                cx->keys[k] = cx->keys[--cx->nkeys];
+    p->busy[index]--;
+    for (int k = 0; k < p->nkeys; k++)
+        if (p->keys[k].key == key) {
+            if (--p->keys[k].inflight == 0)
+                p->keys[k] = p->keys[--p->nkeys];
             return;
         }
 }
 
-int cfd_side_stream(cfd_ctx *cx, uintptr_t key, CUstream *out, int *index)
+int cfd_side_stream(cfd_side_pool *p, uintptr_t key, CUstream *out, int *index)
 {
     pthread_mutex_lock(&g.mu);
-    int i = hold_side(cx, key);
-    CUstream s = i >= 0 ? cx->side[i] : NULL;
+    int i = hold_side(p, key);
+    CUstream s = i >= 0 ? p->stream[i] : NULL;
     pthread_mutex_unlock(&g.mu);
     if (i < 0)
         return cfd_fail(CUDAFD_E_NOMEM, "out of memory for a side stream record");
@@ -196,19 +207,19 @@ int cfd_side_stream(cfd_ctx *cx, uintptr_t key, CUstream *out, int *index)
         CUresult r = cu.cuStreamCreate(&fresh, CU_STREAM_NON_BLOCKING);
         if (r != CUDA_SUCCESS) {
             pthread_mutex_lock(&g.mu);
-            cfd_side_release(cx, key, i);
+            cfd_side_release(p, key, i);
             pthread_mutex_unlock(&g.mu);
             return cfd_fail_cuda(r, "cuStreamCreate (side stream)");
         }
         cfd_count(ST_STREAMS, 1);
         pthread_mutex_lock(&g.mu);
-        if (!cx->side[i]) {
-            cx->side[i] = fresh;
+        if (!p->stream[i]) {
+            p->stream[i] = fresh;
             fresh = NULL;
         }
-        s = cx->side[i];
+        s = p->stream[i];
         pthread_mutex_unlock(&g.mu);
-        if (fresh) { /* another wait on a key sharing this slot made it first */
+        if (fresh) { /* another holder of a key sharing this slot made it first */
             cu.cuStreamDestroy(fresh);
             cfd_count(ST_STREAMS, -1);
         }

@@ -72,7 +72,7 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, CU
     CUevent ev = NULL;
     uintptr_t key = user_stream ? (uintptr_t)user_stream : (uintptr_t)user_event;
     int side_index;
-    int rc = cfd_side_stream(cx, key, &side, &side_index);
+    int rc = cfd_side_stream(&cx->side, key, &side, &side_index);
     if (rc != CUDAFD_OK)
         return rc;
     CUresult r;
@@ -92,7 +92,7 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, CU
         pthread_mutex_lock(&g.mu);
         if (ev)
             cfd_ctx_give_event(cx, ev);
-        cfd_side_release(cx, key, side_index);
+        cfd_side_release(&cx->side, key, side_index);
         pthread_mutex_unlock(&g.mu);
         return rc;
     }
@@ -116,7 +116,7 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, CU
             cfd_wait_discard(w);
         } else {
             cfd_ctx_give_event(cx, ev);
-            cfd_side_release(cx, key, side_index);
+            cfd_side_release(&cx->side, key, side_index);
         }
         pthread_mutex_unlock(&g.mu);
         return rc;

@@ -54,15 +54,19 @@ typedef struct cfd_side_key { /* a caller's stream or event with waits in flight
     uintptr_t key;
     int side, inflight;
 } cfd_side_key;
+typedef struct cfd_side_pool {
+    CUstream stream[CFD_SIDE_MAX]; /* created lazily */
+    int busy[CFD_SIDE_MAX];        /* holders of each */
+    cfd_side_key *keys;            /* which stream each key in flight uses */
+    int nkeys, capkeys;
+} cfd_side_pool;
 typedef struct cfd_ctx {
     CUcontext ctx;
     struct cfd_ctx *next;
     CUevent *pool; /* free events, all CU_EVENT_DISABLE_TIMING (not blocking-sync: contexts.c) */
     int npool, cappool;
-    CUstream side[CFD_SIDE_MAX]; /* side streams, created lazily */
-    int side_busy[CFD_SIDE_MAX]; /* waits in flight on each */
-    cfd_side_key *keys;          /* which side stream each key in flight uses */
-    int nkeys, capkeys;
+    cfd_side_pool side;   /* waits on side streams: hostfunc points, waits on a caller's event */
+    cfd_side_pool bridge; /* blocking waiters' bridges (waiters.c): apart, so they never crowd out waits */
     int nwaits;                      /* waits referring to this record */
     int64_t fault;                   /* the first sticky error seen in this context */
 } cfd_ctx;
@@ -79,8 +83,8 @@ int cfd_event_create(CUevent *ev, bool blocking); /* counted; caller's context c
  * cfd_side_release: the one the key's waits in flight use (so they stay in
  * order), else an idle one, else a new one (up to CFD_SIDE_MAX), else the
  * least busy. cx->ctx current. */
-int cfd_side_stream(cfd_ctx *cx, uintptr_t key, CUstream *out, int *index);
-void cfd_side_release(cfd_ctx *cx, uintptr_t key, int index); /* g.mu held */
+int cfd_side_stream(cfd_side_pool *p, uintptr_t key, CUstream *out, int *index);
+void cfd_side_release(cfd_side_pool *p, uintptr_t key, int index); /* g.mu held */
 void cfd_event_destroy(CUevent ev);
 
 /* ---- waits and lanes (waits.c) ---- */
@@ -97,7 +101,7 @@ typedef struct cfd_wait {
     CUevent ev;   /* what is waited on */
     bool owns_ev; /* ev came from the pool */
     uint8_t mech;
-    int8_t side;         /* the side stream it holds (cfd_side_stream), or -1 */
+    int8_t side;         /* the side stream it holds (cfd_side_stream, cx->side), or -1 */
     uintptr_t side_key;  /* the key it holds it for */
     int64_t t0;  /* when it was watched */
 } cfd_wait;
@@ -122,6 +126,7 @@ typedef struct cfd_lane {
     int64_t next_poll; /* SLOW: when the poller queries it next */
     bool predicted;    /* SLOW: next_poll is this stream's predicted end (the poller spins briefly then) */
     int64_t step;      /* SLOW: the last interval between paced queries; 0 before the first */
+    int64_t pred_end;  /* SLOW: the predicted end of its head; 0 if none */
 } cfd_lane;
 
 cfd_wait *cfd_wait_lookup(uint64_t token); /* g.mu held */

@@ -11,30 +11,32 @@
  *
  * A lane whose head is still pending after the spin budget (event mechanism
  * only; the spin mechanism never gives up) moves to the slow list, where the
- * poller paces it: it sleeps until the time this stream's waits took last
- * (a small history keyed by stream) says the head is about to finish, then
- * spins briefly (PACE_SPIN_NS). Without a history, or once past it, queries
- * come at an eighth of the time waited so far. The budget adapts between
- * 5 us and CUDAFD_OPT_SPIN_NS, counted from the poller's first look at the
- * wait (its own wake-up is not spinning): it halves after a pass in which
- * waits outlasted it and grows (by half, and to at least twice the longest
- * spin that paid) after a pass that found waits done. Spinning is paid per
- * poller, not per lane: while the poller keeps finding waits done (many
- * busy streams), no lane gives up, since one more query per sweep costs
- * less than a wake.
+ * poller paces it. If the stream's last waits agree (a small history keyed
+ * by stream, pace_predict), the poller sleeps until just before the head
+ * should finish, then spins briefly (PACE_SPIN_NS); past that, queries come
+ * at growing intervals, never more than an eighth of the time waited. The
+ * budget adapts between 5 us and CUDAFD_OPT_SPIN_NS, counted from the
+ * poller's first look at the wait (its own wake-up is not spinning): it
+ * halves after a pass in which waits outlasted it and grows (by half, and
+ * to at least twice the longest spin that paid) after a pass that found
+ * waits done. Spinning is paid per poller, not per lane: while the poller
+ * keeps finding waits done (many busy streams), no lane gives up, since one
+ * more query per sweep costs less than a wake.
  *
- * Why pacing rather than a blocking waiter (measured on an H200,
- * bench/results/2026-11-30-h200): a thread blocked in cuEventSynchronize on a
- * blocking-sync event used 137 us of CPU per 2 ms wait and returned 181 us
- * after the kernel ended; a timed sleep costs one wake (~17 us). A driver
- * call from another thread also slows the caller's own launches (12.4 ->
- * 20.7 us per launch + record), and a paced poller makes one call per wait.
+ * Why pacing (measured on an H200, bench/results/2026-11-30-h200*): a thread
+ * asleep in cuEventSynchronize on a blocking-sync event used 137-168 us of
+ * CPU per 2 ms wait and returned ~190 us after the kernel ended; a timed
+ * sleep costs one wake (~17-25 us), and a paced wait found ~94 us after.
  *
- * Only a wait still pending after CUDAFD_OPT_BLOCK_AFTER_NS (50 ms) is
- * offered to a pool of blocking waiters, capped at CUDAFD_OPT_MAX_THREADS,
- * which sleep in cuEventSynchronize on a blocking-sync event bridged from
- * the wait's own (sleep_on): for waits that long, their cost is noise.
- * Lanes beyond the cap stay paced; nothing can hang.
+ * A wait the history cannot predict (too few waits yet, waits that vary, or
+ * one that clearly outlasted its prediction: unpredictable), or one paced
+ * for CUDAFD_OPT_BLOCK_AFTER_NS (50 ms), is also offered to a pool of
+ * blocking waiters, capped at CUDAFD_OPT_MAX_THREADS, which sleep in
+ * cuEventSynchronize on a blocking-sync event bridged from the wait's own
+ * (sleep_on); their timing does not rest on a guess. Until one takes the
+ * lane, and for lanes beyond the cap, the poller keeps pacing it; nothing
+ * can hang. A prediction from a stream that changed its pattern can make
+ * one notice late, by at most the predicted length.
  *
  * Long waits skip the spin: once the budget sits at its floor (waits keep
  * outlasting it), a new lane is paced at once (stat "direct"), and the poller
@@ -60,6 +62,7 @@
  * for; detached waits still in flight keep them until the GPU passes them.
  */
 #include <errno.h>
+#include <string.h>
 #include <time.h>
 #ifdef __linux__
 #include <sys/prctl.h>
@@ -192,42 +195,74 @@ static void retire_lane(cfd_lane *l)
 
 /* ---- pacing ---- */
 
-/* How long the last wait of each stream took, from becoming its lane's head
- * to being found (direct-mapped by stream; a collision only costs a guess). */
+/* How long each stream's last PACE_KEEP waits took, from becoming their
+ * lane's head to being found (direct-mapped by stream; a collision only
+ * costs a guess). A stream whose waits agree is predicted by the shortest of
+ * them; one whose waits vary is not predicted at all, and its waits go to
+ * the blocking waiters, whose timing does not depend on a guess. */
+#define PACE_KEEP 4
 static struct {
     CUcontext ctx;
     uintptr_t stream;
-    int64_t ns;
+    int64_t ns[PACE_KEEP]; /* 0: unknown */
+    unsigned next;
 } pace_hist[PACE_SLOTS];
 
-static int64_t *pace_of(const cfd_lane *l)
+static int pace_slot(const cfd_lane *l)
 {
     uint64_t h = ((uint64_t)(uintptr_t)l->ctx ^ (uint64_t)l->stream * 0x9e3779b97f4a7c15ull) >> 17;
     int i = (int)(h % PACE_SLOTS);
     if (pace_hist[i].ctx != l->ctx || pace_hist[i].stream != l->stream) {
+        memset(&pace_hist[i], 0, sizeof pace_hist[i]);
         pace_hist[i].ctx = l->ctx;
         pace_hist[i].stream = l->stream;
-        pace_hist[i].ns = 0; /* unknown */
     }
-    return &pace_hist[i].ns;
+    return i;
+}
+
+/* The predicted length of the lane's next wait, or 0: the stream's history
+ * is too short or varies (its known waits differ by more than a quarter). */
+static int64_t pace_predict(const cfd_lane *l)
+{
+    int i = pace_slot(l), known = 0;
+    int64_t lo = 0, hi = 0;
+    for (int k = 0; k < PACE_KEEP; k++) {
+        int64_t ns = pace_hist[i].ns[k];
+        if (ns > 0) {
+            lo = known == 0 || ns < lo ? ns : lo;
+            hi = known == 0 || ns > hi ? ns : hi;
+            known++;
+        }
+    }
+    int64_t slack = lo / 4 > PACE_SPIN_NS ? lo / 4 : PACE_SPIN_NS;
+    return known >= 2 && hi <= lo + slack ? lo : 0;
+}
+
+static void pace_push(const cfd_lane *l, int64_t took)
+{
+    int i = pace_slot(l);
+    pace_hist[i].ns[pace_hist[i].next++ % PACE_KEEP] = took > 0 ? took : 1;
 }
 
 /* The next paced query of a lane whose head has waited since l->since.
  * `first`: it just became paced. Then, if the stream has a history, the
- * query comes PACE_EARLY_NS before its predicted end. Past that (or without
- * a history), intervals start at PACE_MIN_NS after a prediction (the end is
- * near) or at an eighth of the time waited, double after each miss, and
- * never exceed an eighth of the time waited (so a late notice costs at
- * most ~12% of the wait) nor HEALTH_NS (faults are looked for that often). */
+ * query comes PACE_EARLY_NS (and the usual lateness of a timed wake) before
+ * its predicted end: l->predicted. Otherwise, intervals start at
+ * PACE_MIN_NS after a prediction (the end is near) or at an eighth of the
+ * time waited, double after each miss, and never exceed an eighth of the
+ * time waited (so a late notice costs at most ~12% of the wait) nor
+ * HEALTH_NS (faults are looked for that often). */
 static void pace_next(cfd_lane *l, int64_t now, bool first)
 {
-    int64_t pace = *pace_of(l), waited = now - l->since;
+    int64_t waited = now - l->since;
     if (first) {
         l->step = 0;
+        int64_t pace = pace_predict(l);
         int64_t at = l->since + pace - PACE_EARLY_NS - g.wake_late;
-        if (pace > 0 && at > now) {
+        l->pred_end = pace > 0 ? l->since + pace : 0;
+        if (pace > 0 && at > now && at <= now + HEALTH_NS) {
             l->predicted = true;
-            l->next_poll = at < now + HEALTH_NS ? at : now + HEALTH_NS;
+            l->next_poll = at;
             return;
         }
     }
@@ -241,25 +276,44 @@ static void pace_next(cfd_lane *l, int64_t now, bool first)
 
 /* A paced head was found done at `now`: remember how long it took. Found by
  * spinning, the time is exact. At the first query of a round it ended some
- * time before: after a predicted query, the prediction steps back by the
- * early margin (until a query comes before the end and the spin times it);
- * after an interval, assume it ended midway through it. */
+ * time before: after a predicted query, the prediction steps back (until a
+ * query comes before the end and the spin times it); after an interval,
+ * assume it ended midway through it. */
 static void pace_learn(cfd_lane *l, int64_t now, bool first_round)
 {
-    int64_t took = now - l->since, *pace = pace_of(l);
-    if (first_round && l->predicted)
-        took = *pace - PACE_EARLY_NS; /* not `took`: that includes how late the wake came */
-    else if (first_round)
+    int64_t took = now - l->since;
+    if (first_round && l->predicted) { /* not `took`: that includes how late the wake came */
+        int64_t pace = l->pred_end - l->since;
+        took = pace - (pace / 64 > PACE_EARLY_NS ? pace / 64 : PACE_EARLY_NS);
+    } else if (first_round) {
         took -= l->step / 2;
-    *pace = took > 0 ? took : 1;
+    }
+    pace_push(l, took);
 }
 
-/* Into the slow list: paced by the poller. */
+/* A paced lane whose head has no prediction, or clearly outlasted it (by a
+ * quarter, and at least PACE_SPIN_NS: timing jitter is not a miss), goes to
+ * the blocking waiters too: its stream's waits vary, so queries would come
+ * late or often. So does one paced for CUDAFD_OPT_BLOCK_AFTER_NS. */
+static bool unpredictable(const cfd_lane *l, int64_t now)
+{
+    if (l->predicted)
+        return false;
+    if (!l->pred_end)
+        return true;
+    int64_t pace = l->pred_end - l->since, slack = pace / 4 > PACE_SPIN_NS ? pace / 4 : PACE_SPIN_NS;
+    return now > l->pred_end + slack || now - l->since >= g.block_after_ns;
+}
+
+/* Into the slow list: paced by the poller, and offered to the blocking
+ * waiters if its stream's history cannot predict its end. */
 static void enter_slow(cfd_lane *l, int64_t now)
 {
     l->state = LANE_SLOW;
     pace_next(l, now, true);
     list_add(&g.slow_list, l);
+    if (unpredictable(l, now))
+        offer_to_blockers(l);
 }
 
 static void to_slow(cfd_lane *l, int64_t now)
@@ -461,7 +515,7 @@ static void *poller_main(void *arg)
                 }
             } else {
                 pace_next(l, now, false);
-                if (now - l->since >= g.block_after_ns)
+                if (unpredictable(l, now))
                     offer_to_blockers(l); /* no-op if still queued */
             }
         }
@@ -489,7 +543,7 @@ static CUresult sleep_on(cfd_ctx *cx, CUevent ev)
     CUstream side = NULL;
     int index = -1;
     CUevent bridge = NULL;
-    bool ok = cfd_side_stream(cx, (uintptr_t)ev, &side, &index) == CUDAFD_OK &&
+    bool ok = cfd_side_stream(&cx->bridge, (uintptr_t)ev, &side, &index) == CUDAFD_OK &&
               cfd_event_create(&bridge, true) == CUDAFD_OK && cu.cuStreamWaitEvent(side, ev, 0) == CUDA_SUCCESS &&
               cu.cuEventRecord(bridge, side) == CUDA_SUCCESS;
     CUresult r = ok ? cu.cuEventSynchronize(bridge) : cu.cuEventSynchronize(ev);
@@ -499,7 +553,7 @@ static CUresult sleep_on(cfd_ctx *cx, CUevent ev)
         cfd_event_destroy(bridge); /* released by the driver once its record completes */
     if (index >= 0) {
         pthread_mutex_lock(&g.mu);
-        cfd_side_release(cx, (uintptr_t)ev, index);
+        cfd_side_release(&cx->bridge, (uintptr_t)ev, index);
         pthread_mutex_unlock(&g.mu);
     }
     return r;
@@ -562,6 +616,8 @@ static void *blocker_main(void *arg)
                 block = true;
                 continue;
             }
+            if (block && r == CUDA_SUCCESS)
+                pace_push(l, cfd_now_ns() - l->since); /* a late bound, stepped back by later paced waits */
             cfd_lane_pop(l, r);
             cfd_count(ST_BLOCKED, 1);
             block = false; /* the following waits are often done already */

@@ -99,7 +99,7 @@ static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t t
         w->side = (int8_t)side;
         w->side_key = side_key;
     } else if (side >= 0) {
-        cfd_side_release(cx, side_key, side);
+        cfd_side_release(&cx->side, side_key, side);
     }
     if (rc == CUDAFD_OK) {
         w->lane = l;
@@ -239,7 +239,7 @@ CFD_API int cudafd_watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *to
         CUstream side = NULL;
         CUevent ev = NULL;
         int side_index = -1;
-        rc = cfd_side_stream(cx, event, &side, &side_index);
+        rc = cfd_side_stream(&cx->side, event, &side, &side_index);
         if (rc == CUDAFD_OK && (r = cu.cuStreamWaitEvent(side, (CUevent)event, 0)) != CUDA_SUCCESS)
             rc = cfd_fail_cuda(r, "cuStreamWaitEvent on the event");
         if (rc == CUDAFD_OK)
@@ -249,7 +249,7 @@ CFD_API int cudafd_watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *to
                 return rc; /* enqueue dropped the record's hold too */
         } else if (side_index >= 0) {
             pthread_mutex_lock(&g.mu);
-            cfd_side_release(cx, event, side_index);
+            cfd_side_release(&cx->side, event, side_index);
             pthread_mutex_unlock(&g.mu);
         }
     }
