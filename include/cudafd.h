@@ -61,7 +61,7 @@ extern "C" {
 #define CUDAFD_OPT_MAX_THREADS 1 /* cap on blocking waiter threads (the poller and watchdog are extra) */
 #define CUDAFD_OPT_LINGER_NS 2   /* how long the poller stays awake after its last completion */
 #define CUDAFD_OPT_WATCHDOG_NS 3 /* hostfunc: how often pending points are checked for faults */
-#define CUDAFD_OPT_BLOCK_AFTER_NS 4 /* event: the longest a predicted wait is paced before a blocking waiter takes it */
+#define CUDAFD_OPT_BLOCK_AFTER_NS 4 /* event: how long a wait is paced before a blocking waiter takes it */
 
 typedef struct cudafd_notifier cudafd_notifier;
 

@@ -127,6 +127,7 @@ typedef struct cfd_lane {
     bool predicted;    /* SLOW: next_poll is this stream's predicted end (the poller spins briefly then) */
     int64_t step;      /* SLOW: the last interval between paced queries; 0 before the first */
     int64_t pred_end;  /* SLOW: the predicted end of its head; 0 if none */
+    bool halfway;      /* SLOW: next_poll is a probe halfway to pred_end */
 } cfd_lane;
 
 cfd_wait *cfd_wait_lookup(uint64_t token); /* g.mu held */

@@ -11,8 +11,8 @@
  *
  * A lane whose head is still pending after the spin budget (event mechanism
  * only; the spin mechanism never gives up) moves to the slow list, where the
- * poller paces it. If the stream's last waits agree (a small history keyed
- * by stream, pace_predict), the poller sleeps until just before the head
+ * poller paces it. If the stream has a history (its last few waits, keyed
+ * by stream: pace_predict), the poller sleeps until just before the head
  * should finish, then spins briefly (PACE_SPIN_NS); past that, queries come
  * at growing intervals, never more than an eighth of the time waited. The
  * budget adapts between 5 us and CUDAFD_OPT_SPIN_NS, counted from the
@@ -28,15 +28,20 @@
  * CPU per 2 ms wait and returned ~190 us after the kernel ended; a timed
  * sleep costs one wake (~17-25 us), and a paced wait found ~94 us after.
  *
- * A wait the history cannot predict (too few waits yet, waits that vary, or
- * one that clearly outlasted its prediction: unpredictable), or one paced
- * for CUDAFD_OPT_BLOCK_AFTER_NS (50 ms), is also offered to a pool of
- * blocking waiters, capped at CUDAFD_OPT_MAX_THREADS, which sleep in
- * cuEventSynchronize on a blocking-sync event bridged from the wait's own
- * (sleep_on); their timing does not rest on a guess. Until one takes the
- * lane, and for lanes beyond the cap, the poller keeps pacing it; nothing
- * can hang. A prediction from a stream that changed its pattern can make
- * one notice late, by at most the predicted length.
+ * Predictions use the shortest of the stream's last few waits: a stream
+ * whose waits vary is queried early, then at growing intervals (a notice
+ * comes at most ~12% of the wait late), never as late as its longest wait;
+ * and some waits are also asked halfway (pace_next), so a stream whose
+ * waits got shorter is learnt in a few waits. (Predicting from the last
+ * wait alone was late: on the H200 the demo's mixed 10 us - 3 ms kernels
+ * were noticed 2.8 ms after they ended, at the median.)
+ *
+ * Only a wait still pending after CUDAFD_OPT_BLOCK_AFTER_NS (50 ms) is
+ * offered to a pool of blocking waiters, capped at CUDAFD_OPT_MAX_THREADS,
+ * which sleep in cuEventSynchronize on a blocking-sync event bridged from
+ * the wait's own (sleep_on): for waits that long, their cost is noise.
+ * Until one takes the lane, and for lanes beyond the cap, the poller keeps
+ * pacing it; nothing can hang.
  *
  * Long waits skip the spin: once the budget sits at its floor (waits keep
  * outlasting it), a new lane is paced at once (stat "direct"), and the poller
@@ -197,15 +202,16 @@ static void retire_lane(cfd_lane *l)
 
 /* How long each stream's last PACE_KEEP waits took, from becoming their
  * lane's head to being found (direct-mapped by stream; a collision only
- * costs a guess). A stream whose waits agree is predicted by the shortest of
- * them; one whose waits vary is not predicted at all, and its waits go to
- * the blocking waiters, whose timing does not depend on a guess. */
+ * costs a guess). */
 #define PACE_KEEP 4
+#define PACE_PROBE_EVERY 8 /* waits between halfway probes of a steady stream */
 static struct {
     CUcontext ctx;
     uintptr_t stream;
     int64_t ns[PACE_KEEP]; /* 0: unknown */
     unsigned next;
+    unsigned since_probe; /* waits since the last halfway probe */
+    bool shrinking;       /* the last halfway probe found the wait over: probe again */
 } pace_hist[PACE_SLOTS];
 
 static int pace_slot(const cfd_lane *l)
@@ -220,22 +226,20 @@ static int pace_slot(const cfd_lane *l)
     return i;
 }
 
-/* The predicted length of the lane's next wait, or 0: the stream's history
- * is too short or varies (its known waits differ by more than a quarter). */
+/* The predicted length of the lane's next wait: the shortest of its
+ * stream's last waits (0: none known). The shortest, so that a stream whose
+ * waits vary is queried early and then at growing intervals, rather than
+ * as late as its longest wait took. */
 static int64_t pace_predict(const cfd_lane *l)
 {
-    int i = pace_slot(l), known = 0;
-    int64_t lo = 0, hi = 0;
+    int i = pace_slot(l);
+    int64_t best = 0;
     for (int k = 0; k < PACE_KEEP; k++) {
         int64_t ns = pace_hist[i].ns[k];
-        if (ns > 0) {
-            lo = known == 0 || ns < lo ? ns : lo;
-            hi = known == 0 || ns > hi ? ns : hi;
-            known++;
-        }
+        if (ns > 0 && (best == 0 || ns < best))
+            best = ns;
     }
-    int64_t slack = lo / 4 > PACE_SPIN_NS ? lo / 4 : PACE_SPIN_NS;
-    return known >= 2 && hi <= lo + slack ? lo : 0;
+    return best;
 }
 
 static void pace_push(const cfd_lane *l, int64_t took)
@@ -244,27 +248,55 @@ static void pace_push(const cfd_lane *l, int64_t took)
     pace_hist[i].ns[pace_hist[i].next++ % PACE_KEEP] = took > 0 ? took : 1;
 }
 
+/* Plan the query at the predicted end (PACE_EARLY_NS and the usual
+ * lateness of a timed wake before it): false if that is past or too far. */
+static bool pace_at_end(cfd_lane *l, int64_t now)
+{
+    int64_t at = l->pred_end - PACE_EARLY_NS - g.wake_late;
+    l->predicted = l->pred_end && at > now && at <= now + HEALTH_NS;
+    if (l->predicted)
+        l->next_poll = at;
+    return l->predicted;
+}
+
 /* The next paced query of a lane whose head has waited since l->since.
  * `first`: it just became paced. Then, if the stream has a history, the
- * query comes PACE_EARLY_NS (and the usual lateness of a timed wake) before
- * its predicted end: l->predicted. Otherwise, intervals start at
- * PACE_MIN_NS after a prediction (the end is near) or at an eighth of the
- * time waited, double after each miss, and never exceed an eighth of the
- * time waited (so a late notice costs at most ~12% of the wait) nor
- * HEALTH_NS (faults are looked for that often). */
+ * query comes just before the predicted end, except that every
+ * PACE_PROBE_EVERY-th wait (every wait while the stream is shrinking) is
+ * first asked halfway: a query at the end cannot tell a wait that ended just
+ * before it from one that ended long before, so without it a stream whose
+ * waits got shorter would keep being noticed as late as they used to take.
+ * Otherwise, intervals start at PACE_MIN_NS after a prediction (the end is
+ * near) or at an eighth of the time waited, double after each miss, and
+ * never exceed an eighth of the time waited (so a late notice costs at most
+ * ~12% of the wait) nor HEALTH_NS (faults are looked for that often). */
 static void pace_next(cfd_lane *l, int64_t now, bool first)
 {
     int64_t waited = now - l->since;
     if (first) {
         l->step = 0;
+        l->halfway = false;
         int64_t pace = pace_predict(l);
-        int64_t at = l->since + pace - PACE_EARLY_NS - g.wake_late;
         l->pred_end = pace > 0 ? l->since + pace : 0;
-        if (pace > 0 && at > now && at <= now + HEALTH_NS) {
-            l->predicted = true;
-            l->next_poll = at;
-            return;
+        if (pace > 0) {
+            int i = pace_slot(l);
+            int64_t half = l->since + pace / 2;
+            if ((pace_hist[i].shrinking || ++pace_hist[i].since_probe >= PACE_PROBE_EVERY) &&
+                half > now + PACE_MIN_NS && half <= now + HEALTH_NS) {
+                pace_hist[i].since_probe = 0;
+                l->halfway = true;
+                l->predicted = false;
+                l->next_poll = half;
+                return;
+            }
         }
+        if (pace_at_end(l, now))
+            return;
+    } else if (l->halfway) { /* not over halfway: the prediction stands */
+        l->halfway = false;
+        pace_hist[pace_slot(l)].shrinking = false;
+        if (pace_at_end(l, now))
+            return;
     }
     int64_t step = l->step ? 2 * l->step : (l->predicted ? PACE_MIN_NS : waited / 8);
     if (step > waited / 8)
@@ -274,45 +306,44 @@ static void pace_next(cfd_lane *l, int64_t now, bool first)
     l->next_poll = now + l->step;
 }
 
-/* A paced head was found done at `now`: remember how long it took. Found by
- * spinning, the time is exact. At the first query of a round it ended some
- * time before: after a predicted query, the prediction steps back (until a
- * query comes before the end and the spin times it); after an interval,
- * assume it ended midway through it. */
-static void pace_learn(cfd_lane *l, int64_t now, bool first_round)
+/* A paced head was found done at `now` by a round of queries that began at
+ * `asked`: remember how long it took. Found by spinning, the time is exact.
+ * Found at the first query, it ended some time before: at a halfway probe,
+ * the wait took at most that long (and the stream is probed again next
+ * time, so a shorter pattern is learnt in a few waits); at the predicted
+ * end, how late the wake came hides when it ended, so the prediction steps
+ * back a little (until a query comes before the end and the spin times
+ * it); after an interval, assume it ended midway through it. */
+static void pace_learn(cfd_lane *l, int64_t now, int64_t asked, bool first_round)
 {
     int64_t took = now - l->since;
-    if (first_round && l->predicted) { /* not `took`: that includes how late the wake came */
+    pace_hist[pace_slot(l)].shrinking = first_round && l->halfway;
+    if (first_round && l->halfway) { /* over by halfway: at most that long, maybe much less */
+        took = asked - l->since;
+    } else if (first_round && l->predicted) {
         int64_t pace = l->pred_end - l->since;
         took = pace - (pace / 64 > PACE_EARLY_NS ? pace / 64 : PACE_EARLY_NS);
     } else if (first_round) {
         took -= l->step / 2;
     }
+    l->halfway = false;
     pace_push(l, took);
 }
 
-/* A paced lane whose head has no prediction, or clearly outlasted it (by a
- * quarter, and at least PACE_SPIN_NS: timing jitter is not a miss), goes to
- * the blocking waiters too: its stream's waits vary, so queries would come
- * late or often. So does one paced for CUDAFD_OPT_BLOCK_AFTER_NS. */
-static bool unpredictable(const cfd_lane *l, int64_t now)
+/* A lane paced for CUDAFD_OPT_BLOCK_AFTER_NS goes to the blocking waiters
+ * too: for waits that long, their cost is noise. */
+static bool paced_long(const cfd_lane *l, int64_t now)
 {
-    if (l->predicted)
-        return false;
-    if (!l->pred_end)
-        return true;
-    int64_t pace = l->pred_end - l->since, slack = pace / 4 > PACE_SPIN_NS ? pace / 4 : PACE_SPIN_NS;
-    return now > l->pred_end + slack || now - l->since >= g.block_after_ns;
+    return now - l->since >= g.block_after_ns;
 }
 
-/* Into the slow list: paced by the poller, and offered to the blocking
- * waiters if its stream's history cannot predict its end. */
+/* Into the slow list: paced by the poller. */
 static void enter_slow(cfd_lane *l, int64_t now)
 {
     l->state = LANE_SLOW;
     pace_next(l, now, true);
     list_add(&g.slow_list, l);
-    if (unpredictable(l, now))
+    if (paced_long(l, now))
         offer_to_blockers(l);
 }
 
@@ -451,6 +482,7 @@ static void *poller_main(void *arg)
             g.poller_sleeping = g.poller_timed = false;
             continue;
         }
+        int64_t asked = now; /* when this round of queries began */
         for (int i = 0; i < k; i++)
             snap[i].lane->polling = true;
         /* Query the snapshot without the lock, again and again while nothing
@@ -495,7 +527,7 @@ static void *poller_main(void *arg)
                     l->probe = false;
                 } else {
                     if (snap[i].r == CUDA_SUCCESS)
-                        pace_learn(l, now, first_round);
+                        pace_learn(l, now, asked, first_round);
                     cfd_count(ST_PACED, 1);
                 }
                 cfd_lane_pop(l, snap[i].r);
@@ -515,7 +547,7 @@ static void *poller_main(void *arg)
                 }
             } else {
                 pace_next(l, now, false);
-                if (unpredictable(l, now))
+                if (paced_long(l, now))
                     offer_to_blockers(l); /* no-op if still queued */
             }
         }
