@@ -18,6 +18,8 @@ import select
 import time
 from collections import defaultdict
 
+from wait_cost import notifier_waiter  # bench/ is on sys.path when run as a script
+
 import cudafd
 from cudafd._bench.gpu import Gpu
 
@@ -66,14 +68,7 @@ def main() -> None:
 
     with cudafd.Notifier("event") as n:
         fd = n.fileno()
-
-        def one():
-            gpu.launch(s, kernel)
-            token = n.watch(s)
-            while True:
-                select.select([fd], [], [], 5.0)
-                if any(t == token for t, _ in n.drain()):
-                    return
+        one = notifier_waiter(gpu, s, kernel, n)
 
         for _ in range(30):
             one()

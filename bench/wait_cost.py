@@ -32,6 +32,21 @@ from cudafd._bench.gpu import EV_BLOCKING, EV_SPIN, Gpu
 OPT_SPIN_NS = 0
 
 
+def notifier_waiter(gpu, stream, kernel, n):
+    """One wait as a C program would do it: launch, watch, select() on the fd, drain."""
+    fd = n.fileno()
+
+    def one():
+        gpu.launch(stream, kernel)
+        token = n.watch(stream)
+        while True:
+            select.select([fd], [], [], 5.0)
+            if any(t == token for t, _ in n.drain()):
+                return
+
+    return one
+
+
 def measure(name, waits, kernel, one, rows):
     one()  # warm
     walls = []
@@ -95,17 +110,7 @@ def main() -> None:
     lib = _lib.load()
 
     def notifier_way(n):
-        fd = n.fileno()
-
-        def one():
-            gpu.launch(s, kernel)
-            token = n.watch(s)
-            while True:
-                select.select([fd], [], [], 5.0)
-                if any(t == token for t, _ in n.drain()):
-                    return
-
-        return one
+        return notifier_waiter(gpu, s, kernel, n)
 
     for mech in ("event", "spin", "hostfunc"):
         with cudafd.Notifier(mech) as n:
