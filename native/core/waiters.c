@@ -266,8 +266,8 @@ static bool pace_at_end(cfd_lane *l, int64_t now)
  * first asked halfway: a query at the end cannot tell a wait that ended just
  * before it from one that ended long before, so without it a stream whose
  * waits got shorter would keep being noticed as late as they used to take.
- * Otherwise, intervals start at PACE_MIN_NS after a prediction (the end is
- * near) or at an eighth of the time waited, double after each miss, and
+ * Otherwise, intervals start at PACE_MIN_NS where there is a prediction (the
+ * end is near) or at an eighth of the time waited, double after each miss, and
  * never exceed an eighth of the time waited (so a late notice costs at most
  * ~12% of the wait) nor HEALTH_NS (faults are looked for that often). */
 static void pace_next(cfd_lane *l, int64_t now, bool first)
@@ -298,7 +298,7 @@ static void pace_next(cfd_lane *l, int64_t now, bool first)
         if (pace_at_end(l, now))
             return;
     }
-    int64_t step = l->step ? 2 * l->step : (l->predicted ? PACE_MIN_NS : waited / 8);
+    int64_t step = l->step ? 2 * l->step : (l->pred_end ? PACE_MIN_NS : waited / 8);
     if (step > waited / 8)
         step = waited / 8;
     l->step = step < PACE_MIN_NS ? PACE_MIN_NS : step > HEALTH_NS ? HEALTH_NS : step;
