@@ -322,7 +322,7 @@ static void usage(const char *prog)
 {
     fprintf(stderr,
             "usage: %s [event|hostfunc|spin] [--streams N] [--watches K] [--fault]\n"
-            "  event     pooled blocking-sync events (default)\n"
+            "  event     pooled events; a poller spins, then paces (default)\n"
             "  hostfunc  cuLaunchHostFunc on a side stream\n"
             "  spin      pooled events, polled by a shared waiter\n"
             "  --streams N  streams to launch on (default 8)\n"

@@ -180,7 +180,7 @@ pub fn driver_version() -> Result<i32, Error> {
 /// How a notifier learns that the GPU passed a point (CUDAFD_MECH_*).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mechanism {
-    /// Pooled blocking-sync events; shared waiter threads spin briefly, then block.
+    /// Pooled events; a shared poller spins briefly, then paces; long waits block.
     Event = 0,
     /// cuLaunchHostFunc on a side stream; a watchdog surfaces faults.
     HostFunc = 1,
