@@ -161,8 +161,21 @@ struct cudafd_notifier {
 };
 void cfd_notifier_push(struct cudafd_notifier *n, uint64_t token, int64_t status); /* g.mu held */
 
-/* ---- waiter threads (waiters.c, hostfunc.c) ---- */
+/* ---- waiter threads (waiters.c, pacing.c, blockers.c, hostfunc.c) ---- */
+#define CFD_HEALTH_NS (20 * 1000 * 1000) /* faults are looked for at least this often */
+#define CFD_PACE_SPIN_NS (50 * 1000)     /* the poller spins around a predicted end at most this long */
 int cfd_lane_activate(cfd_lane *l); /* new non-empty lane: hand to the poller; g.mu held */
+void cfd_list_add(cfd_lane **list, cfd_lane *l); /* the poller's lists, via lprev/lnext; g.mu held */
+void cfd_list_del(cfd_lane **list, cfd_lane *l);
+void cfd_wake_poller_if_untimed(void);            /* g.mu held */
+bool cfd_offer_to_blockers(cfd_lane *l); /* queue a slow lane for a blocker; false if none will come; g.mu held */
+/* Pacing (g.mu held): plan a slow lane's next query (l->next_poll), and
+ * learn from how long its head took. */
+void cfd_pace_first(cfd_lane *l, int64_t now);  /* it just became paced */
+void cfd_pace_missed(cfd_lane *l, int64_t now); /* a paced query found it running */
+void cfd_pace_found(cfd_lane *l, int64_t now, int64_t asked, bool first_round); /* found done */
+void cfd_pace_push(const cfd_lane *l, int64_t took); /* a wait of the lane's stream took this long */
+bool cfd_paced_long(const cfd_lane *l, int64_t now); /* paced for CUDAFD_OPT_BLOCK_AFTER_NS */
 int cfd_hostfunc_watch(struct cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream,
                        CUevent user_event, uint64_t *token);
 

@@ -11,37 +11,17 @@
  *
  * A lane whose head is still pending after the spin budget (event mechanism
  * only; the spin mechanism never gives up) moves to the slow list, where the
- * poller paces it. If the stream has a history (its last few waits, keyed
- * by stream: pace_predict), the poller sleeps until just before the head
- * should finish, then spins briefly (PACE_SPIN_NS); past that, queries come
- * at growing intervals, never more than an eighth of the time waited. The
+ * poller paces it: it sleeps until the time pacing.c plans from the
+ * stream's history, just before the head should finish, then spins briefly
+ * (CFD_PACE_SPIN_NS); past that, queries come at growing intervals. The
  * budget adapts between 5 us and CUDAFD_OPT_SPIN_NS, counted from the
  * poller's first look at the wait (its own wake-up is not spinning): it
  * halves after a pass in which waits outlasted it and grows (by half, and
  * to at least twice the longest spin that paid) after a pass that found
  * waits done. Spinning is paid per poller, not per lane: while the poller
  * keeps finding waits done (many busy streams), no lane gives up, since one
- * more query per sweep costs less than a wake.
- *
- * Why pacing (measured on an H200, bench/results/2026-11-30-h200*): a thread
- * asleep in cuEventSynchronize on a blocking-sync event used 137-168 us of
- * CPU per 2 ms wait and returned ~190 us after the kernel ended; a timed
- * sleep costs one wake (~17-25 us), and a paced wait found ~94 us after.
- *
- * Predictions use the shortest of the stream's last few waits: a stream
- * whose waits vary is queried early, then at growing intervals (a notice
- * comes at most ~12% of the wait late), never as late as its longest wait;
- * and some waits are also asked halfway (pace_next), so a stream whose
- * waits got shorter is learnt in a few waits. (Predicting from the last
- * wait alone was late: on the H200 the demo's mixed 10 us - 3 ms kernels
- * were noticed 2.8 ms after they ended, at the median.)
- *
- * Only a wait still pending after CUDAFD_OPT_BLOCK_AFTER_NS (50 ms) is
- * offered to a pool of blocking waiters, capped at CUDAFD_OPT_MAX_THREADS,
- * which sleep in cuEventSynchronize on a blocking-sync event bridged from
- * the wait's own (sleep_on): for waits that long, their cost is noise.
- * Until one takes the lane, and for lanes beyond the cap, the poller keeps
- * pacing it; nothing can hang.
+ * more query per sweep costs less than a wake. Lanes paced for
+ * CUDAFD_OPT_BLOCK_AFTER_NS are offered to the blocking waiters (blockers.c).
  *
  * Long waits skip the spin: once the budget sits at its floor (waits keep
  * outlasting it), a new lane is paced at once (stat "direct"), and the poller
@@ -59,7 +39,7 @@
  * but a cuEventSynchronize already blocked on a blocking-sync event returns
  * only when that event's own stream drains, seconds later if a long kernel
  * runs there. So while blocking waiters hold lanes, the poller queries their
- * head events every HEALTH_NS; a sticky error found there is reported at once
+ * head events every CFD_HEALTH_NS; a sticky error found there is reported at once
  * to every wait of the context (cfd_note_fault), and the blocked threads are
  * left to return in their own time.
  *
@@ -77,18 +57,12 @@
 
 #define SNAP_MAX 512
 #define SPIN_FLOOR_NS (5 * 1000)
-#define HEALTH_NS (20 * 1000 * 1000)
 #define INNER_NS (20 * 1000) /* longest unlocked query round */
-#define PACE_MIN_NS (20 * 1000)     /* the shortest sleep between paced queries */
-#define PACE_EARLY_NS (10 * 1000)   /* wake this much before the predicted end (and how late wakes come) */
-#define PACE_SPIN_NS (50 * 1000)    /* then spin at most this long */
-#define PACE_SLOTS 256              /* the history of how long streams' waits took */
 #define WAKE_LATE_MAX_NS (500 * 1000) /* a later wake is an outlier, not how this machine wakes */
 
 static void *poller_main(void *arg);
-static void *blocker_main(void *arg);
 
-static void list_add(cfd_lane **list, cfd_lane *l)
+void cfd_list_add(cfd_lane **list, cfd_lane *l)
 {
     l->lprev = NULL;
     l->lnext = *list;
@@ -97,7 +71,7 @@ static void list_add(cfd_lane **list, cfd_lane *l)
     *list = l;
 }
 
-static void list_del(cfd_lane **list, cfd_lane *l)
+void cfd_list_del(cfd_lane **list, cfd_lane *l)
 {
     if (l->lprev)
         l->lprev->lnext = l->lnext;
@@ -111,7 +85,7 @@ static void list_del(cfd_lane **list, cfd_lane *l)
 
 static void enter_slow(cfd_lane *l, int64_t now);
 
-static void wake_poller_if_untimed(void)
+void cfd_wake_poller_if_untimed(void)
 {
     if (g.poller_sleeping && !g.poller_timed)
         pthread_cond_signal(&g.poller_cv);
@@ -144,12 +118,12 @@ int cfd_lane_activate(cfd_lane *l)
         return CUDAFD_OK;
     l->looked = false;
     l->state = LANE_SPIN;
-    list_add(&g.spin_list, l);
+    cfd_list_add(&g.spin_list, l);
     atomic_fetch_add(&g.nspin, 1);
     if (!g.poller_running) {
         int rc = cfd_start_thread(poller_main, "cudafd-poller");
         if (rc != CUDAFD_OK) {
-            list_del(&g.spin_list, l);
+            cfd_list_del(&g.spin_list, l);
             atomic_fetch_sub(&g.nspin, 1);
             l->state = 0;
             return rc;
@@ -161,206 +135,44 @@ int cfd_lane_activate(cfd_lane *l)
     return CUDAFD_OK;
 }
 
-/* Offer a slow lane to the blocking waiters, starting one if none is idle. */
-static bool offer_to_blockers(cfd_lane *l)
-{
-    if (l->queued)
-        return true;
-    l->queued = true;
-    l->qnext = NULL;
-    if (g.bq_tail)
-        g.bq_tail->qnext = l;
-    else
-        g.bq_head = l;
-    g.bq_tail = l;
-    if (g.idle_blockers > 0) {
-        pthread_cond_signal(&g.blocker_cv);
-        return true;
-    }
-    if (g.nblockers < g.max_threads && cfd_start_thread(blocker_main, "cudafd-blocker") == CUDAFD_OK) {
-        g.nblockers++;
-        return true;
-    }
-    return false; /* the poller keeps pacing it until a blocker is free */
-}
-
 /* Leave the poller's lists; free the lane if nothing else refers to it. */
 static void retire_lane(cfd_lane *l)
 {
     if (l->state == LANE_SPIN) {
-        list_del(&g.spin_list, l);
+        cfd_list_del(&g.spin_list, l);
         atomic_fetch_sub(&g.nspin, 1);
     } else {
-        list_del(&g.slow_list, l);
+        cfd_list_del(&g.slow_list, l);
     }
     l->state = 0;
     if (!l->queued)
         cfd_lane_free(l);
 }
 
-/* ---- pacing ---- */
-
-/* How long each stream's last PACE_KEEP waits took, from becoming their
- * lane's head to being found (direct-mapped by stream; a collision only
- * costs a guess). */
-#define PACE_KEEP 4
-#define PACE_PROBE_EVERY 8 /* waits between halfway probes of a steady stream */
-static struct {
-    CUcontext ctx;
-    uintptr_t stream;
-    int64_t ns[PACE_KEEP]; /* 0: unknown */
-    unsigned next;
-    unsigned since_probe; /* waits since the last halfway probe */
-    bool shrinking;       /* the last halfway probe found the wait over: probe again */
-} pace_hist[PACE_SLOTS];
-
-static int pace_slot(const cfd_lane *l)
-{
-    uint64_t h = ((uint64_t)(uintptr_t)l->ctx ^ (uint64_t)l->stream * 0x9e3779b97f4a7c15ull) >> 17;
-    int i = (int)(h % PACE_SLOTS);
-    if (pace_hist[i].ctx != l->ctx || pace_hist[i].stream != l->stream) {
-        memset(&pace_hist[i], 0, sizeof pace_hist[i]);
-        pace_hist[i].ctx = l->ctx;
-        pace_hist[i].stream = l->stream;
-    }
-    return i;
-}
-
-/* The predicted length of the lane's next wait: the shortest of its
- * stream's last waits (0: none known). The shortest, so that a stream whose
- * waits vary is queried early and then at growing intervals, rather than
- * as late as its longest wait took. */
-static int64_t pace_predict(const cfd_lane *l)
-{
-    int i = pace_slot(l);
-    int64_t best = 0;
-    for (int k = 0; k < PACE_KEEP; k++) {
-        int64_t ns = pace_hist[i].ns[k];
-        if (ns > 0 && (best == 0 || ns < best))
-            best = ns;
-    }
-    return best;
-}
-
-static void pace_push(const cfd_lane *l, int64_t took)
-{
-    int i = pace_slot(l);
-    pace_hist[i].ns[pace_hist[i].next++ % PACE_KEEP] = took > 0 ? took : 1;
-}
-
-/* Plan the query at the predicted end (PACE_EARLY_NS and the usual
- * lateness of a timed wake before it): false if that is past or too far. */
-static bool pace_at_end(cfd_lane *l, int64_t now)
-{
-    int64_t at = l->pred_end - PACE_EARLY_NS - g.wake_late;
-    l->predicted = l->pred_end && at > now && at <= now + HEALTH_NS;
-    if (l->predicted)
-        l->next_poll = at;
-    return l->predicted;
-}
-
-/* The next paced query of a lane whose head has waited since l->since.
- * `first`: it just became paced. Then, if the stream has a history, the
- * query comes just before the predicted end, except that every
- * PACE_PROBE_EVERY-th wait (every wait while the stream is shrinking) is
- * first asked halfway: a query at the end cannot tell a wait that ended just
- * before it from one that ended long before, so without it a stream whose
- * waits got shorter would keep being noticed as late as they used to take.
- * Otherwise, intervals start at PACE_MIN_NS where there is a prediction (the
- * end is near) or at an eighth of the time waited, double after each miss, and
- * never exceed an eighth of the time waited (so a late notice costs at most
- * ~12% of the wait) nor HEALTH_NS (faults are looked for that often). */
-static void pace_next(cfd_lane *l, int64_t now, bool first)
-{
-    int64_t waited = now - l->since;
-    if (first) {
-        l->step = 0;
-        l->halfway = false;
-        int64_t pace = pace_predict(l);
-        l->pred_end = pace > 0 ? l->since + pace : 0;
-        if (pace > 0) {
-            int i = pace_slot(l);
-            int64_t half = l->since + pace / 2;
-            if ((pace_hist[i].shrinking || ++pace_hist[i].since_probe >= PACE_PROBE_EVERY) &&
-                half > now + PACE_MIN_NS && half <= now + HEALTH_NS) {
-                pace_hist[i].since_probe = 0;
-                l->halfway = true;
-                l->predicted = false;
-                l->next_poll = half;
-                return;
-            }
-        }
-        if (pace_at_end(l, now))
-            return;
-    } else if (l->halfway) { /* not over halfway: the prediction stands */
-        l->halfway = false;
-        pace_hist[pace_slot(l)].shrinking = false;
-        if (pace_at_end(l, now))
-            return;
-    }
-    int64_t step = l->step ? 2 * l->step : (l->pred_end ? PACE_MIN_NS : waited / 8);
-    if (step > waited / 8)
-        step = waited / 8;
-    l->step = step < PACE_MIN_NS ? PACE_MIN_NS : step > HEALTH_NS ? HEALTH_NS : step;
-    l->predicted = false;
-    l->next_poll = now + l->step;
-}
-
-/* A paced head was found done at `now` by a round of queries that began at
- * `asked`: remember how long it took. Found by spinning, the time is exact.
- * Found at the first query, it ended some time before: at a halfway probe,
- * the wait took at most that long (and the stream is probed again next
- * time, so a shorter pattern is learnt in a few waits); at the predicted
- * end, how late the wake came hides when it ended, so the prediction steps
- * back a little (until a query comes before the end and the spin times
- * it); after an interval, assume it ended midway through it. */
-static void pace_learn(cfd_lane *l, int64_t now, int64_t asked, bool first_round)
-{
-    int64_t took = now - l->since;
-    pace_hist[pace_slot(l)].shrinking = first_round && l->halfway;
-    if (first_round && l->halfway) { /* over by halfway: at most that long, maybe much less */
-        took = asked - l->since;
-    } else if (first_round && l->predicted) {
-        int64_t pace = l->pred_end - l->since;
-        took = pace - (pace / 64 > PACE_EARLY_NS ? pace / 64 : PACE_EARLY_NS);
-    } else if (first_round) {
-        took -= l->step / 2;
-    }
-    l->halfway = false;
-    pace_push(l, took);
-}
-
-/* A lane paced for CUDAFD_OPT_BLOCK_AFTER_NS goes to the blocking waiters
- * too: for waits that long, their cost is noise. */
-static bool paced_long(const cfd_lane *l, int64_t now)
-{
-    return now - l->since >= g.block_after_ns;
-}
-
 /* Into the slow list: paced by the poller. */
 static void enter_slow(cfd_lane *l, int64_t now)
 {
     l->state = LANE_SLOW;
-    pace_next(l, now, true);
-    list_add(&g.slow_list, l);
-    if (paced_long(l, now))
-        offer_to_blockers(l);
+    cfd_pace_first(l, now);
+    cfd_list_add(&g.slow_list, l);
+    if (cfd_paced_long(l, now))
+        cfd_offer_to_blockers(l);
 }
 
 static void to_slow(cfd_lane *l, int64_t now)
 {
-    list_del(&g.spin_list, l);
+    cfd_list_del(&g.spin_list, l);
     atomic_fetch_sub(&g.nspin, 1);
     enter_slow(l, now);
 }
 
 static void to_spin(cfd_lane *l, int64_t now)
 {
-    list_del(&g.slow_list, l);
+    cfd_list_del(&g.slow_list, l);
     l->state = LANE_SPIN;
     l->since = now;
     l->looked = false;
-    list_add(&g.spin_list, l);
+    cfd_list_add(&g.spin_list, l);
     atomic_fetch_add(&g.nspin, 1);
 }
 
@@ -446,12 +258,12 @@ static void *poller_main(void *arg)
         if (g.blocked_list && now >= next_health) {
             check_health();
             current = NULL; /* it made other contexts current */
-            next_health = cfd_now_ns() + HEALTH_NS;
+            next_health = cfd_now_ns() + CFD_HEALTH_NS;
             continue;
         }
         if (g.blocked_list || g.bq_head) { /* blocked lanes, or lanes about to be: a health timer */
             if (next_health <= now)
-                next_health = now + HEALTH_NS;
+                next_health = now + CFD_HEALTH_NS;
             if (next_health < next_slow)
                 next_slow = next_health;
         }
@@ -469,7 +281,7 @@ static void *poller_main(void *arg)
                 continue;
             }
             g.poller_sleeping = true;
-            g.poller_timed = next_slow - now <= HEALTH_NS;
+            g.poller_timed = next_slow - now <= CFD_HEALTH_NS;
             g.poller_wake_at = next_slow;
             if (next_slow == INT64_MAX) {
                 pthread_cond_wait(&g.poller_cv, &g.mu);
@@ -489,7 +301,7 @@ static void *poller_main(void *arg)
          * is done, nothing new was watched and the inner bound has not
          * passed: watch() callers then rarely meet a held lock. */
         int64_t inner = spin_budget < INNER_NS ? spin_budget : INNER_NS;
-        int64_t inner_until = now + (pace_spin ? PACE_SPIN_NS : inner);
+        int64_t inner_until = now + (pace_spin ? CFD_PACE_SPIN_NS : inner);
         unsigned seen = atomic_load_explicit(&g.activity, memory_order_acquire);
         int rounds = 0;
         pthread_mutex_unlock(&g.mu);
@@ -527,7 +339,7 @@ static void *poller_main(void *arg)
                     l->probe = false;
                 } else {
                     if (snap[i].r == CUDA_SUCCESS)
-                        pace_learn(l, now, asked, first_round);
+                        cfd_pace_found(l, now, asked, first_round);
                     cfd_count(ST_PACED, 1);
                 }
                 cfd_lane_pop(l, snap[i].r);
@@ -546,9 +358,9 @@ static void *poller_main(void *arg)
                     gave_up = true;
                 }
             } else {
-                pace_next(l, now, false);
-                if (paced_long(l, now))
-                    offer_to_blockers(l); /* no-op if still queued */
+                cfd_pace_missed(l, now);
+                if (cfd_paced_long(l, now))
+                    cfd_offer_to_blockers(l); /* no-op if still queued */
             }
         }
         if (spun >= 0)
@@ -564,103 +376,3 @@ static void *poller_main(void *arg)
     return arg;
 }
 
-/* Sleep until `ev` completes; cx->ctx current, g.mu not held. Pool events
- * are plain (contexts.c says why), and cuEventSynchronize spins on those: a
- * side stream waits for `ev` and records a blocking-sync event of this
- * thread's, which it sleeps on. One such record per blocked lane is far from
- * the driver's limit of pending ones. If the bridge cannot be set up, the
- * plain (spinning) synchronize still gives the right answer. */
-static CUresult sleep_on(cfd_ctx *cx, CUevent ev)
-{
-    CUstream side = NULL;
-    int index = -1;
-    CUevent bridge = NULL;
-    bool ok = cfd_side_stream(&cx->bridge, (uintptr_t)ev, &side, &index) == CUDAFD_OK &&
-              cfd_event_create(&bridge, true) == CUDAFD_OK && cu.cuStreamWaitEvent(side, ev, 0) == CUDA_SUCCESS &&
-              cu.cuEventRecord(bridge, side) == CUDA_SUCCESS;
-    CUresult r = ok ? cu.cuEventSynchronize(bridge) : cu.cuEventSynchronize(ev);
-    if (ok && r == CUDA_SUCCESS)
-        r = cu.cuEventQuery(ev); /* the answer for ev itself */
-    if (bridge)
-        cfd_event_destroy(bridge); /* released by the driver once its record completes */
-    if (index >= 0) {
-        pthread_mutex_lock(&g.mu);
-        cfd_side_release(&cx->bridge, (uintptr_t)ev, index);
-        pthread_mutex_unlock(&g.mu);
-    }
-    return r;
-}
-
-/* The first queued lane a blocker may take; stale entries are dropped. */
-static cfd_lane *take_queued(void)
-{
-    cfd_lane **link = &g.bq_head, *prev = NULL;
-    while (*link) {
-        cfd_lane *l = *link;
-        if (l->state == LANE_SLOW && l->polling) { /* the poller holds it: skip for now */
-            prev = l;
-            link = &l->qnext;
-            continue;
-        }
-        *link = l->qnext;
-        if (g.bq_tail == l)
-            g.bq_tail = prev;
-        l->queued = false;
-        if (l->state == LANE_SLOW)
-            return l;
-        if (!l->state && !l->head)
-            cfd_lane_free(l); /* emptied while queued */
-    }
-    return NULL;
-}
-
-static void *blocker_main(void *arg)
-{
-    CUcontext current = NULL;
-    pthread_mutex_lock(&g.mu);
-    for (;;) {
-        cfd_lane *l = take_queued();
-        if (!l) {
-            if (g.nopen == 0 && !g.bq_head && !g.slow_list)
-                break;
-            g.idle_blockers++;
-            if (g.bq_head) /* only lanes the poller holds now: look again soon */
-                cfd_cond_wait_ns(&g.blocker_cv, 100 * 1000);
-            else
-                pthread_cond_wait(&g.blocker_cv, &g.mu);
-            g.idle_blockers--;
-            continue;
-        }
-        list_del(&g.slow_list, l);
-        l->state = LANE_BLOCKED;
-        list_add(&g.blocked_list, l);
-        wake_poller_if_untimed(); /* it checks blocked lanes for faults on a timer */
-        bool block = true;
-        while (l->head) {
-            CUevent ev = l->head->ev;
-            cfd_ctx *cx = l->head->cx;
-            pthread_mutex_unlock(&g.mu);
-            if (cx->ctx != current && cu.cuCtxSetCurrent(cx->ctx) == CUDA_SUCCESS)
-                current = cx->ctx;
-            CUresult r = block ? sleep_on(cx, ev) : cu.cuEventQuery(ev);
-            pthread_mutex_lock(&g.mu);
-            if (r == CUDA_ERROR_NOT_READY) {
-                block = true;
-                continue;
-            }
-            if (block && r == CUDA_SUCCESS)
-                pace_push(l, cfd_now_ns() - l->since); /* a late bound, stepped back by later paced waits */
-            cfd_lane_pop(l, r);
-            cfd_count(ST_BLOCKED, 1);
-            block = false; /* the following waits are often done already */
-        }
-        list_del(&g.blocked_list, l);
-        l->state = 0;
-        if (!l->queued)
-            cfd_lane_free(l);
-    }
-    g.nblockers--;
-    cfd_thread_exit_locked();
-    pthread_mutex_unlock(&g.mu);
-    return arg;
-}
