@@ -33,7 +33,9 @@ FULL: dict[str, Any] = {
         "soft_s": 25,
         "hard_s": 40,
     },
-    "throughput": {"streams": 64, "kernel_s": 100e-6, "seconds": 2.0, "settle_s": 0.5, "soft_s": 25, "hard_s": 45},
+    "throughput": {
+        "streams": 64, "kernel_s": 100e-6, "seconds": 0.8, "settle_s": 0.3, "rounds": 3, "soft_s": 30, "hard_s": 50,
+    },
     "scale": {"waits": 10000, "streams": 1000, "soft_s": 15, "hard_s": 40},
     "c": {"rounds": 3000, "block": 100, "warmup": 50, "kernels": 2000, "batch": 200, "repeats": 5, "hard_s": 60},
 }
@@ -53,7 +55,9 @@ QUICK: dict[str, Any] = {
         "soft_s": 4,
         "hard_s": 15,
     },
-    "throughput": {"streams": 64, "kernel_s": 100e-6, "seconds": 0.25, "settle_s": 0.1, "soft_s": 5, "hard_s": 15},
+    "throughput": {
+        "streams": 64, "kernel_s": 100e-6, "seconds": 0.25, "settle_s": 0.1, "rounds": 1, "soft_s": 5, "hard_s": 15,
+    },
     "scale": {"waits": 2000, "streams": 200, "soft_s": 5, "hard_s": 15},
     "c": {"rounds": 300, "block": 50, "warmup": 10, "kernels": 400, "batch": 200, "repeats": 2, "hard_s": 20},
 }

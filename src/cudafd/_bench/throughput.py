@@ -1,9 +1,12 @@
 """Throughput: ``streams`` streams, each a coroutine looping (``kernel_s`` kernel, await), per method.
 
 Params: ``loop``, ``streams`` (64), ``kernel_s`` (100 µs), ``seconds``
-(measured window per method), ``settle_s`` (unmeasured run-in), ``methods``,
-``soft_s``. Figures: completed awaits per second in the window and the
-process's CPU cores meanwhile (CPU seconds of every thread per wall second).
+(measured window per method and round), ``settle_s`` (unmeasured run-in),
+``rounds`` (the methods take turns, each round in a rotated order, so a
+drift of a shared machine hits them alike), ``methods``, ``soft_s``.
+Figures: completed awaits per second in the window and the process's CPU
+cores meanwhile (CPU seconds of every thread per wall second), the median
+over the rounds; every round's figures are in ``rounds``.
 The parent sets ``CUDA_DEVICE_MAX_CONNECTIONS`` (hardware queues; default 8)
 for this child unless the caller did, so kernels of different streams are
 not falsely serialised on the GPU; its value is in the result.
@@ -18,6 +21,7 @@ import time
 from .child import Progress, new_loop
 from .gpu import Gpu
 from .methods import LABELS, Kit, close_all, make
+from .numbers import median
 from .proc import CpuMeter
 
 __all__ = ["run"]
@@ -84,19 +88,38 @@ def run(p: dict, progress: Progress) -> dict:
     progress.partial = result
     loop = new_loop(p["loop"])
     deadline = time.monotonic() + float(p["soft_s"])
+    keys = list(p["methods"])
+    samples: dict[str, list[dict]] = {k: [] for k in keys}
     try:
         handles = gpu.streams(int(p["streams"]))
-        for key in p["methods"]:
-            if time.monotonic() > deadline:
-                state["truncated"] = True
-                break
-            try:
-                state["methods"][key] = loop.run_until_complete(_one(kit, key, handles, p))
-            except Exception as exc:
-                state["errors"][key] = f"{type(exc).__name__}: {exc}"
-            for h in handles:
-                gpu.sync_stream(h)
-            progress.tick(f"{LABELS[key]} done")
+        for r in range(int(p.get("rounds", 1))):
+            for key in keys[r % len(keys) :] + keys[: r % len(keys)]:
+                if key in state["errors"]:
+                    continue
+                if time.monotonic() > deadline:
+                    state["truncated"] = True
+                    break
+                try:
+                    samples[key].append(loop.run_until_complete(_one(kit, key, handles, p)))
+                except Exception as exc:
+                    state["errors"][key] = f"{type(exc).__name__}: {exc}"
+                for h in handles:
+                    gpu.sync_stream(h)
+                if samples[key]:
+                    state["methods"][key] = _summary(samples[key])
+                progress.tick(f"{LABELS[key]} round {r + 1}")
     finally:
         close_all(loop, kit)
     return result()
+
+
+def _summary(rounds: list[dict]) -> dict:
+    """One method's figures: medians over its rounds, and the rounds themselves."""
+    return {
+        "label": rounds[0]["label"],
+        "awaits_per_s": round(median([x["awaits_per_s"] for x in rounds]), 1),
+        "cores": round(median([x["cores"] for x in rounds]), 3),
+        "awaits": sum(x["awaits"] for x in rounds),
+        "stuck_tasks": sum(x["stuck_tasks"] for x in rounds),
+        "rounds": [{k: x[k] for k in ("awaits_per_s", "cores", "wall_s")} for x in rounds],
+    }
