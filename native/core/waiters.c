@@ -47,7 +47,6 @@
  * for; detached waits still in flight keep them until the GPU passes them.
  */
 #include <errno.h>
-#include <string.h>
 #include <time.h>
 #ifdef __linux__
 #include <sys/prctl.h>

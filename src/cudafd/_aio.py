@@ -274,7 +274,7 @@ class Dispatcher:
                 if failed is not _PENDING:
                     raise failed  # type: ignore[misc]
                 if done_now(t):
-                    self._window = min(max(self._window, SPIN_PROBE) * 1.5, SPIN_MAX)
+                    self._window_hit()
                     return -1.0
                 now = _now()
                 if now >= deadline:
@@ -300,7 +300,7 @@ class Dispatcher:
                 result = inline[token]
                 if result is not _PENDING:
                     del inline[token]
-                    self._window = min(max(self._window, SPIN_PROBE) * 1.5, SPIN_MAX)
+                    self._window_hit()
                     if result is None:
                         return True
                     raise result  # type: ignore[misc]
@@ -327,6 +327,10 @@ class Dispatcher:
         del inline[token]
         self._window_missed()
         return False
+
+    def _window_hit(self) -> None:
+        """A lone wait ended inside its spin window: grow it by half, up to SPIN_MAX."""
+        self._window = min(max(self._window, SPIN_PROBE) * 1.5, SPIN_MAX)
 
     def _window_missed(self) -> None:
         """A lone wait outlasted its spin window: halve it, down to off."""
