@@ -61,6 +61,34 @@ def test_quick_bench_writes_every_section(tmp_path):
     for mech, res in s["scale"].items():
         assert res["all_completed"], (mech, res)
     assert "latency" in s["c"] or "skipped" in s["c"], s["c"]
-    assert {t["status"] for t in doc["targets"]} <= {"pass", "miss", "n/a"} and doc["targets"]
+    assert {t["status"] for t in doc["targets"]} <= {"pass", "miss", "out of reach", "n/a"} and doc["targets"]
+    for loop in env_info["loops"]:  # the bounds that show a target out of reach, measured beside it
+        assert s["cpu"][loop]["methods"]["bound_sleep"]["cores"] > 0
+        assert s["throughput"][loop]["methods"]["bound_yield"]["awaits_per_s"] > 0
     if not REAL:
         assert "SIMULATOR" in r.stdout
+
+
+def test_targets_tell_a_miss_from_a_target_out_of_reach():
+    from cudafd._bench.targets import evaluate
+
+    def cpu(ours, bound):
+        return {"asyncio": {"methods": {"cudafd_event": {"cores": ours}, "bound_sleep": {"cores": bound}}}}
+
+    def tput(ours, best, bound):
+        methods = {"cudafd_event": {"awaits_per_s": ours, "cores": 1.0}, "sleep0": {"awaits_per_s": best}}
+        if bound is not None:
+            methods["bound_yield"] = {"awaits_per_s": bound}
+        return {"asyncio": {"streams": 64, "kernel_us": 100, "methods": methods}}
+
+    def status(sections):
+        (row,) = evaluate(sections)
+        return row["status"]
+
+    assert status({"cpu": cpu(0.04, 0.03)}) == "pass"
+    assert status({"cpu": cpu(0.08, 0.03)}) == "miss"  # the bound shows it can be done
+    assert status({"cpu": cpu(0.08, 0.06)}) == "out of reach"
+    assert status({"throughput": tput(160, 100, 200)}) == "pass"
+    assert status({"throughput": tput(100, 100, 200)}) == "miss"
+    assert status({"throughput": tput(100, 100, 130)}) == "out of reach"
+    assert status({"throughput": tput(100, 100, None)}) == "miss"  # no bound measured: no claim

@@ -145,9 +145,11 @@ def test_lone_wait_after_a_fault_still_raises(dev, flavor, mechanism):
 
 @pytest.fixture
 def long_windows(monkeypatch):
-    """Spin windows long enough for any machine's loop (a test then never races them)."""
+    """Spin windows long enough for any machine's loop (a test then never races them);
+    no back-to-back queries first, so the spin that yields is what is tested."""
     monkeypatch.setattr(_aio, "SPIN_START", 5.0)
     monkeypatch.setattr(_aio, "AHEAD_MAX", 5.0)
+    monkeypatch.setattr(_aio.Dispatcher, "_spin_tight", lambda self, t: False)
 
 
 def _scripted(notifier, answers):
@@ -177,8 +179,11 @@ def test_asyncio_short_wait_ends_ahead_of_any_watch(dev, loop_flavor, mechanism,
 
     async def body(api):
         calls = _scripted(api.notifier, [False, False])  # running at the first two looks
+        ran = []
+        asyncio.get_running_loop().call_soon(ran.append, 1)
         await api.notifier.wait(s)
         assert calls == {"done_now": 3, "watch": 0}
+        assert ran, "the spin ahead yields to the loop between its queries"
         assert api.notifier.pending == 0
 
     run(loop_flavor, mechanism, body)
@@ -251,5 +256,82 @@ def test_asyncio_long_waits_turn_the_spin_off(dev, loop_flavor, mechanism):
             await api.notifier.wait(s)
         d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
         assert d._window < _aio.SPIN_MIN, d._window
+
+    run(loop_flavor, mechanism, body)
+
+
+# ---- asyncio: back-to-back queries before the first yield ----
+
+
+class _Ticks:
+    """Counts the passes another task gets while the test awaits."""
+
+    def __init__(self):
+        self.n = 0
+        self.task = asyncio.ensure_future(self._run())
+
+    async def _run(self):
+        while True:
+            self.n += 1
+            await asyncio.sleep(0)
+
+
+@pytest.mark.asyncio_only
+def test_asyncio_tiny_wait_ends_in_back_to_back_queries(dev, loop_flavor, mechanism):
+    s = dev.stream()
+
+    async def body(api):
+        calls = _scripted(api.notifier, [False] * 5)  # over at the sixth look
+        ran = []
+        asyncio.get_running_loop().call_soon(ran.append, 1)
+        await api.notifier.wait(s)
+        assert calls == {"done_now": 6, "watch": 0}
+        assert not ran, "no yield: the queries came back to back"
+        assert api.notifier.pending == 0
+
+    run(loop_flavor, mechanism, body)
+
+
+@pytest.mark.asyncio_only
+def test_asyncio_back_to_back_queries_stop_after_a_miss_and_are_retried(dev, loop_flavor, mechanism, monkeypatch):
+    monkeypatch.setattr(_aio, "TIGHT_PROBE_EVERY", 3)
+    s = dev.stream()
+
+    async def body(api):
+        calls = _scripted(api.notifier, [False] * 10**6)  # before the dispatcher takes notifier._watch
+        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
+        await api.notifier.wait(s)  # never over early: the miss turns them off
+        assert not d._tight and calls["watch"] == 1
+        seen = []
+        for _ in range(_aio.TIGHT_PROBE_EVERY):  # each wait: running at its first look, over at its second
+            answers = iter([False, True])
+            api.notifier._done_now = lambda t: next(answers, True)
+            ran = []
+            asyncio.get_running_loop().call_soon(ran.append, 1)
+            await api.notifier.wait(s)
+            seen.append(bool(ran))
+        # off for TIGHT_PROBE_EVERY - 1 waits (they yield), then tried (and it pays)
+        assert seen == [True] * (_aio.TIGHT_PROBE_EVERY - 1) + [False]
+        assert d._tight
+
+    run(loop_flavor, mechanism, body)
+
+
+@pytest.mark.asyncio_only
+def test_asyncio_back_to_back_hits_in_a_row_still_yield(dev, loop_flavor, mechanism):
+    s = dev.stream()
+    rounds = 20 * _aio.QUICK_YIELD_EVERY
+
+    async def body(api):
+        answers = iter([False, True] * rounds)  # each wait: running at its first look, over at its second
+        api.notifier._done_now = lambda t: next(answers, True)
+        ticks = _Ticks()
+        await asyncio.sleep(0)
+        before = ticks.n
+        for _ in range(rounds):
+            await api.notifier.wait(s)
+        ticks.task.cancel()
+        assert ticks.n - before >= rounds // _aio.QUICK_YIELD_EVERY - 1
+        assert ticks.n - before <= rounds // 2, "most waits ended without a yield"
 
     run(loop_flavor, mechanism, body)

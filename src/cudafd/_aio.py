@@ -17,9 +17,19 @@ Work already over: a lone wait first asks the driver whether the target has
 finished (one cuStreamQuery / cuEventQuery, no event recorded). If so it
 returns without suspending, as awaiting a done future does; one such wait
 in QUICK_YIELD_EVERY yields to the loop anyway, so a coroutine that launches
-tiny kernels and awaits them in a loop cannot starve the other tasks. On
-an H200 a tiny kernel has finished by the time its launch call returned
-through ctypes, so this is the common case for short work.
+tiny kernels and awaits them in a loop cannot starve the other tasks.
+
+Work about to be over: on an H200 a tiny kernel is rarely over when its
+launch returns (31 of 3000), but ends 4-6 µs later: less than one asyncio
+pass (sleep(0) and a query, ~5 µs), so a spin that yields before each query
+noticed it a whole pass late, and that pass was most of the gap between
+cudafd and the floor (bench/results/2026-11-30-h200-verify). So while lone
+waits keep ending that soon, a lone wait inside its spin window first asks
+the driver back to back for up to TIGHT_MAX without yielding: the loop is
+held for at most about two of its own passes. One such wait that is not
+over by then turns this off; it is tried again every TIGHT_PROBE_EVERY lone
+waits, so a program awaiting longer work holds its loop ~0.2 µs per wait.
+A wait found over this way counts as one that did not suspend.
 
 Short waits: waking a loop thread that sleeps in epoll costs 10-50 µs on
 the virtual machines most GPUs live in (DESIGN.md, "Floor"): as much as the
@@ -94,6 +104,8 @@ AHEAD_MAX = 30e-6  # the part of the window spent before the watch is set up
 SPIN_PROBE = 30e-6
 SPIN_PROBE_EVERY = 64  # waits between probes while the window is off
 QUICK_YIELD_EVERY = 8  # a yield after this many waits in a row that did not need to suspend
+TIGHT_MAX = 10e-6  # a lone wait's back-to-back queries before its first yield
+TIGHT_PROBE_EVERY = 64  # lone waits between tries while back-to-back queries are off
 
 _NO_READER = (
     "this event loop cannot watch file descriptors (no add_reader: the Windows "
@@ -162,6 +174,8 @@ class Dispatcher:
         "_seq",
         "_seen",
         "_quick",
+        "_tight",
+        "_since_tight",
         "__weakref__",
     )
 
@@ -187,6 +201,8 @@ class Dispatcher:
         self._seq = getattr(backend, "seq", None)  # the core's completion counter, if native
         self._seen = -1
         self._quick = 0  # waits in a row that were over before they began
+        self._tight = True  # lone waits query back to back first (_spin_tight)
+        self._since_tight = 0
         notifier._add_close_hook(self._notifier_closed)
 
     async def wait(self, loop: asyncio.AbstractEventLoop, target: object) -> None:
@@ -197,14 +213,17 @@ class Dispatcher:
         t = resolve(target)
         window = 0.0
         if not self._futures and not self._inline:  # a lone wait: resume order is not at stake
-            if self._notifier._done_now(t):  # work already over: no event, no yield
+            done = self._notifier._done_now(t)  # work already over: no event, no yield
+            if not done:
+                window = self._inline_window()
+                done = window > 0 and self._spin_tight(t)
+            if done:
                 self._quick += 1
                 if self._quick >= QUICK_YIELD_EVERY:  # but never starve the loop
                     self._quick = 0
                     await asyncio.sleep(0)
                 return
             self._quick = 0
-            window = self._inline_window()
             if window:
                 spent = await self._spin_ahead(t, min(window, AHEAD_MAX))
                 if spent < 0:
@@ -250,6 +269,24 @@ class Dispatcher:
             return 0.0
         self._since_probe = 0
         return SPIN_PROBE
+
+    def _spin_tight(self, t: Target) -> bool:
+        """Ask the driver back to back, without yielding, for up to TIGHT_MAX
+        (while that keeps paying): True once ``t`` is over (the window grows)."""
+        if not self._tight:
+            self._since_tight += 1
+            if self._since_tight < TIGHT_PROBE_EVERY:
+                return False
+            self._since_tight = 0
+        done_now = self._notifier._done_now
+        deadline = _now() + TIGHT_MAX
+        while not done_now(t):
+            if _now() >= deadline:
+                self._tight = False
+                return False
+        self._tight = True
+        self._window_hit()
+        return True
 
     async def _spin_ahead(self, t: Target, window: float) -> float:
         """Spin on the driver's answer alone, before any watch: a tiny kernel is

@@ -15,11 +15,24 @@ caller's event loop knows it has finished:
 * ``cudafd_<mechanism>``: ``await cudafd.Notifier(mechanism).wait(stream)``,
   one Notifier per mechanism shared by every stream (what the default
   ``cudafd.wait`` does with its per-loop Notifier).
+
+Two bounds are not ways of waiting but limits no way of waiting can pass,
+measured in the same run so a target they put out of reach shows it:
+
+* ``bound_sleep`` (CPU): the loop thread asleep for exactly the kernel's
+  length, then a spinning sync that finds it over: one sleep and one wake
+  per kernel, as a notifier that knew each end in advance would cost, with
+  no loop, no thread and no fd.
+* ``bound_yield`` (throughput): the launch and one bare yield to the loop,
+  with no completion check at all. An await of work still running must
+  suspend the task at least once, and a bare yield is the cheapest
+  suspension there is, so no method can await faster.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 
 from .. import _kernels
@@ -27,12 +40,13 @@ from .._errors import CudaError
 from .._notifier import MECHANISMS, Notifier
 from .gpu import EV_BLOCKING, EV_SPIN, NOT_READY, Gpu
 
-__all__ = ["BASELINES", "CUDAFD", "LABELS", "Kit", "close_all", "make", "make_each"]
+__all__ = ["BASELINES", "BOUNDS", "CUDAFD", "LABELS", "Kit", "close_all", "make", "make_each"]
 
 Method = Callable[[float], Awaitable[None]]
 
 CUDAFD = tuple(f"cudafd_{m}" for m in MECHANISMS)
 BASELINES = ("floor", "executor_blocking", "executor_spinning", "sleep0", "sleep1ms", "numba")
+BOUNDS = ("bound_sleep", "bound_yield")
 LABELS = {
     "floor": "floor: loop blocked in spin sync",
     "executor_blocking": "run_in_executor + blocking event",
@@ -41,6 +55,8 @@ LABELS = {
     "sleep1ms": "sleep(1 ms) polling",
     "numba": "numba-cuda Stream.async_done()",
     **{f"cudafd_{m}": f"cudafd {m}" for m in MECHANISMS},
+    "bound_sleep": "bound: loop asleep for the kernel's length",
+    "bound_yield": "bound: launch + one yield, no wait",
 }
 
 
@@ -114,6 +130,28 @@ def make(key: str, kit: Kit, stream: int) -> Method:
                 _fail(rc, "cuEventQuery")
 
         return polling
+
+    if key == "bound_sleep":
+        ev = gpu.event(EV_SPIN)
+
+        async def asleep(seconds: float) -> None:
+            launch(stream, seconds)
+            if rc := record(ev, stream):
+                _fail(rc, "cuEventRecord")
+            time.sleep(seconds)
+            if rc := sync(ev):
+                _fail(rc, "cuEventSynchronize")
+
+        return asleep
+
+    if key == "bound_yield":
+        sleep = asyncio.sleep
+
+        async def launch_and_yield(seconds: float) -> None:
+            launch(stream, seconds)
+            await sleep(0)
+
+        return launch_and_yield
 
     if key == "numba":
         from numba import cuda

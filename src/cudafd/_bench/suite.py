@@ -149,7 +149,7 @@ class Suite:
         if "latency" in only:
             self._per_loop("latency", list(BASELINES) + list(CUDAFD))
         if "cpu" in only:
-            self._per_loop("cpu", [m for m in BASELINES if m != "floor"] + list(CUDAFD))
+            self._per_loop("cpu", [m for m in BASELINES if m != "floor"] + list(CUDAFD) + ["bound_sleep"])
         if "bubble" in only:
             self._progress("bubble")
             variants = ["none", "record"] + list(CUDAFD)
@@ -158,7 +158,8 @@ class Suite:
             )
         if "throughput" in only:
             self._per_loop(
-                "throughput", ["cudafd_event", "cudafd_spin", "cudafd_hostfunc", "sleep0", "executor_blocking"]
+                "throughput",
+                ["cudafd_event", "cudafd_spin", "cudafd_hostfunc", "sleep0", "executor_blocking", "bound_yield"],
             )
         if "scale" in only:
             out = self.sections.setdefault("scale", {})
