@@ -149,7 +149,7 @@ void cudafd_notifier_destroy(cudafd_notifier *n);
 /* Live counts, by index (stable within an ABI version):
  *   0 threads    native threads of cudafd alive now
  *   1 events     CUevents created by cudafd and not yet destroyed
- *   2 eventfds   eventfds open
+ *   2 eventfds   eventfds open (the notifiers', and the poller's timerfd)
  *   3 pending    wait records alive (attached or detached, not yet finished)
  *   4 notifiers  notifiers created and not yet destroyed
  *   5 contexts   per-context records (event pools, side streams)
@@ -161,8 +161,10 @@ void cudafd_notifier_destroy(cudafd_notifier *n);
  *  10 faults     completions with a nonzero status
  *  11 direct     waits that skipped the poller's spin (the adaptive budget
  *                said waits are long) and went straight to paced queries
- *  12 paced      completions found by a paced (timed) query of the poller */
-#define CUDAFD_STAT_COUNT 13
+ *  12 paced      completions found by a paced (timed) query of the poller
+ *  13 wakes      times the poller woke from a sleep (the CPU a long wait costs
+ *                it: about one per paced wait) */
+#define CUDAFD_STAT_COUNT 14
 const char *cudafd_stat_name(int index);
 /* Fill out[0..n) with the counts; returns how many were filled. */
 int cudafd_stats(int64_t *out, int n);

@@ -76,6 +76,26 @@ def test_long_waits_are_paced_without_spinning_and_short_ones_spin_again(dev):
         assert after["direct"] - mid["direct"] < 64, (mid, after)
 
 
+def test_a_long_wait_handed_to_a_sleeping_poller_does_not_wake_it(dev):
+    """A paced wait handed over while the poller sleeps moves its timer
+    instead of waking it, so the poller wakes once, at the predicted end.
+    Some waits cost more (a halfway probe every 8th, a re-query when the
+    end came late); when every handoff woke it, none cost fewer than two."""
+    s = dev.stream()
+    with cudafd.Notifier("event") as n:
+        for _ in range(12):  # the spin budget falls to its floor; the stream's waits are learnt
+            _wait_one(n, s, 0.004)
+        per_wait = []
+        for _ in range(32):
+            before = cudafd.stats()
+            _wait_one(n, s, 0.004)
+            after = cudafd.stats()
+            if after["direct"] > before["direct"]:  # not one of the probes that spin
+                per_wait.append(after["wakes"] - before["wakes"])
+        assert len(per_wait) >= 28, per_wait
+        assert per_wait.count(1) >= len(per_wait) // 4, f"poller wakes per paced wait: {per_wait}"
+
+
 def test_a_long_wait_stays_with_a_poller_that_keeps_finding_work(dev):
     """While other waits keep completing, the poller keeps querying a long
     wait instead of starting a blocking waiter for it. (That a lone long wait

@@ -9,7 +9,7 @@
 
 struct cfd_global g = {
     .mu = PTHREAD_MUTEX_INITIALIZER,
-    .poller_cv = PTHREAD_COND_INITIALIZER,
+    .poller_tfd = -1,
     .blocker_cv = PTHREAD_COND_INITIALIZER,
     .watchdog_cv = PTHREAD_COND_INITIALIZER,
     .spin_ns = 50 * 1000,
@@ -22,7 +22,7 @@ struct cfd_global g = {
 
 static const char *const stat_names[CUDAFD_STAT_COUNT] = {
     "threads", "events", "eventfds", "pending", "notifiers", "contexts", "streams",
-    "completed", "spun", "blocked", "faults", "direct", "paced",
+    "completed", "spun", "blocked", "faults", "direct", "paced", "wakes",
 };
 
 CFD_API const char *cudafd_stat_name(int index)

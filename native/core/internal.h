@@ -167,6 +167,7 @@ void cfd_notifier_push(struct cudafd_notifier *n, uint64_t token, int64_t status
 int cfd_lane_activate(cfd_lane *l); /* new non-empty lane: hand to the poller; g.mu held */
 void cfd_list_add(cfd_lane **list, cfd_lane *l); /* the poller's lists, via lprev/lnext; g.mu held */
 void cfd_list_del(cfd_lane **list, cfd_lane *l);
+void cfd_wake_poller(void);                       /* at once, if it sleeps; g.mu held */
 void cfd_wake_poller_if_untimed(void);            /* g.mu held */
 bool cfd_offer_to_blockers(cfd_lane *l); /* queue a slow lane for a blocker; false if none will come; g.mu held */
 /* Pacing (g.mu held): plan a slow lane's next query (l->next_poll), and
@@ -185,10 +186,10 @@ struct cfd_global {
     /* options */
     int64_t spin_ns, linger_ns, watchdog_ns, max_threads, block_after_ns;
     /* poller */
-    pthread_cond_t poller_cv;
+    int poller_tfd;                  /* the timerfd it sleeps on while it runs (counted as an eventfd) */
     bool poller_running, poller_sleeping;
     bool poller_timed;               /* sleeping with a deadline at most HEALTH_NS away */
-    int64_t poller_wake_at;          /* while sleeping timed: when it wakes */
+    int64_t poller_wake_at;          /* while sleeping: when its timer fires (INT64_MAX: never, 0: at once) */
     int64_t wake_late;               /* how late its timed wakes come, on average (paced queries allow for it) */
     int64_t spin_budget;             /* adaptive, at most spin_ns (waiters.c); -1: not set yet */
     unsigned direct_probe;           /* counts direct handoffs: every 16th spins instead */
@@ -217,7 +218,7 @@ extern struct cfd_global g;
 
 enum {
     ST_THREADS, ST_EVENTS, ST_EVENTFDS, ST_PENDING, ST_NOTIFIERS, ST_CONTEXTS, ST_STREAMS,
-    ST_COMPLETED, ST_SPUN, ST_BLOCKED, ST_FAULTS, ST_DIRECT, ST_PACED
+    ST_COMPLETED, ST_SPUN, ST_BLOCKED, ST_FAULTS, ST_DIRECT, ST_PACED, ST_WAKES
 };
 
 static inline void cfd_count(int index, int64_t delta)

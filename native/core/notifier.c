@@ -146,7 +146,7 @@ CFD_API int cudafd_notifier_close(cudafd_notifier *n)
         g.nopen--;
         cfd_quiesce_locked();
         /* Waiter threads notice nopen == 0 and leave once idle. */
-        pthread_cond_broadcast(&g.poller_cv);
+        cfd_wake_poller();
         pthread_cond_broadcast(&g.blocker_cv);
         pthread_cond_broadcast(&g.watchdog_cv);
     }

@@ -25,9 +25,16 @@
  *
  * Long waits skip the spin: once the budget sits at its floor (waits keep
  * outlasting it), a new lane is paced at once (stat "direct"), and the poller
- * is woken only if it would otherwise sleep past the lane's first query.
+ * is not woken: the watching thread moves its timer earlier if it would
+ * otherwise sleep past the lane's first query.
  * Every 16th such lane is a probe that spins for the whole
  * CUDAFD_OPT_SPIN_NS, so the budget grows back when waits get short again.
+ *
+ * The poller sleeps in poll(2) on a timerfd, not on a condition variable,
+ * so that a thread handing it a paced lane can set when it wakes without
+ * waking it: a 2 ms wait then costs it one wake, not two (on an H200 each
+ * wake of a sleeping thread costs ~15-50 us of CPU). Waking it at once is
+ * arming that timer in the past.
  *
  * Ownership: a lane in the spin or slow list is owned by the poller, which
  * alone pops its head; a blocker takes a slow lane (state BLOCKED) only when
@@ -47,7 +54,11 @@
  * for; detached waits still in flight keep them until the GPU passes them.
  */
 #include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/timerfd.h>
 #include <time.h>
+#include <unistd.h>
 #ifdef __linux__
 #include <sys/prctl.h>
 #endif
@@ -84,15 +95,82 @@ void cfd_list_del(cfd_lane **list, cfd_lane *l)
 
 static void enter_slow(cfd_lane *l, int64_t now);
 
+/* Set the sleeping poller's timer to fire at `at` (CLOCK_MONOTONIC ns;
+ * a time past fires at once, INT64_MAX never). g.mu held, poller running. */
+static void arm_poller(int64_t at)
+{
+    struct itimerspec its = {{0, 0}, {0, 0}};
+    if (at != INT64_MAX) {
+        if (at < 1)
+            at = 1; /* all zero would disarm it */
+        its.it_value.tv_sec = (time_t)(at / 1000000000);
+        its.it_value.tv_nsec = (long)(at % 1000000000);
+    }
+    timerfd_settime(g.poller_tfd, TFD_TIMER_ABSTIME, &its, NULL);
+    g.poller_wake_at = at <= 1 ? 0 : at;
+}
+
+/* Have the sleeping poller wake by `at` at the latest (now if `at` is 0):
+ * its timer moves earlier, and nothing wakes it before. */
+static void poller_due_by(int64_t at)
+{
+    if (g.poller_sleeping && at < g.poller_wake_at) {
+        arm_poller(at);
+        g.poller_timed = true;
+    }
+}
+
+void cfd_wake_poller(void) { poller_due_by(0); }
+
 void cfd_wake_poller_if_untimed(void)
 {
     if (g.poller_sleeping && !g.poller_timed)
-        pthread_cond_signal(&g.poller_cv);
+        cfd_wake_poller();
+}
+
+/* The poller's sleep until its timer fires (`at`; INT64_MAX: until someone
+ * arms it). g.mu held, released meanwhile. Returns how late the timer
+ * fired, or -1 if it was made to fire at once. */
+static int64_t poller_sleep(int64_t at)
+{
+    g.poller_sleeping = true;
+    g.poller_timed = at - cfd_now_ns() <= CFD_HEALTH_NS;
+    arm_poller(at);
+    int fd = g.poller_tfd;
+    pthread_mutex_unlock(&g.mu);
+    struct pollfd p = {.fd = fd, .events = POLLIN, .revents = 0};
+    poll(&p, 1, -1);
+    uint64_t ticks;
+    ssize_t got = read(fd, &ticks, sizeof ticks); /* clear it (EAGAIN: someone re-armed it meanwhile) */
+    (void)got;
+    int64_t woke = cfd_now_ns();
+    pthread_mutex_lock(&g.mu);
+    int64_t due = g.poller_wake_at;
+    g.poller_sleeping = g.poller_timed = false;
+    cfd_count(ST_WAKES, 1);
+    return due > 0 && due != INT64_MAX ? woke - due : -1;
+}
+
+/* The poller's timer: made before its thread starts, closed as it exits (g.mu held). */
+static int open_poller_timer(void)
+{
+    g.poller_tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (g.poller_tfd < 0)
+        return cfd_fail(CUDAFD_E_SYS, "timerfd_create: %s", strerror(errno));
+    cfd_count(ST_EVENTFDS, 1);
+    return CUDAFD_OK;
+}
+
+static void close_poller_timer(void)
+{
+    close(g.poller_tfd);
+    g.poller_tfd = -1;
+    cfd_count(ST_EVENTFDS, -1);
 }
 
 /* Waits have been outlasting the shortest spin budget: pace this lane at
- * once. The poller is woken only if it would sleep past the lane's first
- * query (one thread wake less per long wait otherwise). Every 16th lane
+ * once. The poller is not woken, only its timer moved earlier if it would
+ * sleep past the lane's first query. Every 16th lane
  * spins instead, as the probe that notices when waits got short. */
 static bool activate_direct(cfd_lane *l)
 {
@@ -103,8 +181,7 @@ static bool activate_direct(cfd_lane *l)
         return false;
     }
     enter_slow(l, cfd_now_ns());
-    if (g.poller_sleeping && (!g.poller_timed || l->next_poll < g.poller_wake_at))
-        pthread_cond_signal(&g.poller_cv);
+    poller_due_by(l->next_poll);
     cfd_count(ST_DIRECT, 1);
     return true;
 }
@@ -120,7 +197,9 @@ int cfd_lane_activate(cfd_lane *l)
     cfd_list_add(&g.spin_list, l);
     atomic_fetch_add(&g.nspin, 1);
     if (!g.poller_running) {
-        int rc = cfd_start_thread(poller_main, "cudafd-poller");
+        int rc = open_poller_timer();
+        if (rc == CUDAFD_OK && (rc = cfd_start_thread(poller_main, "cudafd-poller")) != CUDAFD_OK)
+            close_poller_timer();
         if (rc != CUDAFD_OK) {
             cfd_list_del(&g.spin_list, l);
             atomic_fetch_sub(&g.nspin, 1);
@@ -128,8 +207,8 @@ int cfd_lane_activate(cfd_lane *l)
             return rc;
         }
         g.poller_running = true;
-    } else if (g.poller_sleeping) {
-        pthread_cond_signal(&g.poller_cv);
+    } else {
+        cfd_wake_poller();
     }
     return CUDAFD_OK;
 }
@@ -279,18 +358,9 @@ static void *poller_main(void *arg)
                 last_done = 0;
                 continue;
             }
-            g.poller_sleeping = true;
-            g.poller_timed = next_slow - now <= CFD_HEALTH_NS;
-            g.poller_wake_at = next_slow;
-            if (next_slow == INT64_MAX) {
-                pthread_cond_wait(&g.poller_cv, &g.mu);
-            } else {
-                cfd_cond_wait_ns(&g.poller_cv, next_slow - now);
-                int64_t late = cfd_now_ns() - next_slow; /* how late timed wakes come here */
-                if (late >= 0 && late < WAKE_LATE_MAX_NS)
-                    g.wake_late += (late - g.wake_late) / 8;
-            }
-            g.poller_sleeping = g.poller_timed = false;
+            int64_t late = poller_sleep(next_slow); /* how late timed wakes come here */
+            if (late >= 0 && late < WAKE_LATE_MAX_NS)
+                g.wake_late += (late - g.wake_late) / 8;
             continue;
         }
         int64_t asked = now; /* when this round of queries began */
@@ -370,6 +440,7 @@ static void *poller_main(void *arg)
             last_done = now;
     }
     g.poller_running = false;
+    close_poller_timer();
     cfd_thread_exit_locked();
     pthread_mutex_unlock(&g.mu);
     return arg;
