@@ -64,6 +64,7 @@ def test_quick_bench_writes_every_section(tmp_path):
     assert {t["status"] for t in doc["targets"]} <= {"pass", "miss", "out of reach", "n/a"} and doc["targets"]
     for loop in env_info["loops"]:  # the bounds that show a target out of reach, measured beside it
         assert s["cpu"][loop]["methods"]["bound_sleep"]["cores"] > 0
+        assert s["cpu"][loop]["methods"]["bound_loop"]["cores"] > 0
         assert s["throughput"][loop]["methods"]["bound_yield"]["awaits_per_s"] > 0
     if not REAL:
         assert "SIMULATOR" in r.stdout
@@ -72,8 +73,11 @@ def test_quick_bench_writes_every_section(tmp_path):
 def test_targets_tell_a_miss_from_a_target_out_of_reach():
     from cudafd._bench.targets import evaluate
 
-    def cpu(ours, bound):
-        return {"asyncio": {"methods": {"cudafd_event": {"cores": ours}, "bound_sleep": {"cores": bound}}}}
+    def cpu(ours, bound, bound_loop=None):
+        methods = {"cudafd_event": {"cores": ours}, "bound_sleep": {"cores": bound}}
+        if bound_loop is not None:
+            methods["bound_loop"] = {"cores": bound_loop}
+        return {"asyncio": {"methods": methods}}
 
     def tput(ours, best, bound):
         methods = {"cudafd_event": {"awaits_per_s": ours, "cores": 1.0}, "sleep0": {"awaits_per_s": best}}
@@ -88,6 +92,8 @@ def test_targets_tell_a_miss_from_a_target_out_of_reach():
     assert status({"cpu": cpu(0.04, 0.03)}) == "pass"
     assert status({"cpu": cpu(0.08, 0.03)}) == "miss"  # the bound shows it can be done
     assert status({"cpu": cpu(0.08, 0.06)}) == "out of reach"
+    assert status({"cpu": cpu(0.08, 0.03, 0.06)}) == "out of reach"  # the loop's own bound is the one judged
+    assert status({"cpu": cpu(0.08, 0.03, 0.04)}) == "miss"
     assert status({"throughput": tput(160, 100, 200)}) == "pass"
     assert status({"throughput": tput(100, 100, 200)}) == "miss"
     assert status({"throughput": tput(100, 100, 130)}) == "out of reach"

@@ -23,6 +23,11 @@ measured in the same run so a target they put out of reach shows it:
   length, then a spinning sync that finds it over: one sleep and one wake
   per kernel, as a notifier that knew each end in advance would cost, with
   no loop, no thread and no fd.
+* ``bound_loop`` (CPU): the same oracle inside the event loop: the loop
+  sleeps in its own selector on a timerfd armed for the kernel's length,
+  and the task resumes through a future, as it would from any notifier's
+  fd. What an event-loop program pays at least per awaited kernel: its
+  launch, one wake of the loop and one task resumption.
 * ``bound_yield`` (throughput): the launch and one bare yield to the loop,
   with no completion check at all. An await of work still running must
   suspend the task at least once, and a bare yield is the cheapest
@@ -46,7 +51,7 @@ Method = Callable[[float], Awaitable[None]]
 
 CUDAFD = tuple(f"cudafd_{m}" for m in MECHANISMS)
 BASELINES = ("floor", "executor_blocking", "executor_spinning", "sleep0", "sleep1ms", "numba")
-BOUNDS = ("bound_sleep", "bound_yield")
+BOUNDS = ("bound_sleep", "bound_loop", "bound_yield")
 LABELS = {
     "floor": "floor: loop blocked in spin sync",
     "executor_blocking": "run_in_executor + blocking event",
@@ -55,7 +60,8 @@ LABELS = {
     "sleep1ms": "sleep(1 ms) polling",
     "numba": "numba-cuda Stream.async_done()",
     **{f"cudafd_{m}": f"cudafd {m}" for m in MECHANISMS},
-    "bound_sleep": "bound: loop asleep for the kernel's length",
+    "bound_sleep": "bound: thread asleep for the kernel's length",
+    "bound_loop": "bound: selector asleep for the kernel's length",
     "bound_yield": "bound: launch + one yield, no wait",
 }
 
@@ -66,6 +72,11 @@ class Kit:
     def __init__(self, gpu: Gpu) -> None:
         self.gpu = gpu
         self._notifiers: dict[str, Notifier] = {}
+        self._closers: list[Callable[[], None]] = []
+
+    def on_close(self, fn: Callable[[], None]) -> None:
+        """Have close() call ``fn`` (a method's own teardown), before the Notifiers close."""
+        self._closers.append(fn)
 
     def notifier(self, mechanism: str) -> Notifier:
         n = self._notifiers.get(mechanism)
@@ -76,6 +87,8 @@ class Kit:
         return n
 
     def close(self) -> None:
+        while self._closers:
+            self._closers.pop()()
         for n in self._notifiers.values():
             n.close()
             n.drain()
@@ -143,6 +156,43 @@ def make(key: str, kit: Kit, stream: int) -> Method:
                 _fail(rc, "cuEventSynchronize")
 
         return asleep
+
+    if key == "bound_loop":
+        from .timer import OneShot
+
+        ev = gpu.event(EV_SPIN)
+        timer = OneShot()
+        waiting: list[asyncio.Future] = []
+        reading: list[asyncio.AbstractEventLoop] = []
+
+        def fired() -> None:
+            timer.clear()
+            if waiting and not waiting[0].done():
+                waiting[0].set_result(None)
+
+        def close() -> None:
+            if reading:
+                reading.pop().remove_reader(timer.fileno())
+            timer.close()
+
+        kit.on_close(close)
+
+        async def selector_asleep(seconds: float) -> None:
+            loop = asyncio.get_running_loop()
+            if not reading:
+                loop.add_reader(timer.fileno(), fired)
+                reading.append(loop)
+            launch(stream, seconds)
+            if rc := record(ev, stream):
+                _fail(rc, "cuEventRecord")
+            fut = loop.create_future()
+            waiting[:] = [fut]
+            timer.arm(seconds)
+            await fut
+            if rc := sync(ev):
+                _fail(rc, "cuEventSynchronize")
+
+        return selector_asleep
 
     if key == "bound_yield":
         sleep = asyncio.sleep

@@ -149,7 +149,7 @@ class Suite:
         if "latency" in only:
             self._per_loop("latency", list(BASELINES) + list(CUDAFD))
         if "cpu" in only:
-            self._per_loop("cpu", [m for m in BASELINES if m != "floor"] + list(CUDAFD) + ["bound_sleep"])
+            self._per_loop("cpu", [m for m in BASELINES if m != "floor"] + list(CUDAFD) + ["bound_sleep", "bound_loop"])
         if "bubble" in only:
             self._progress("bubble")
             variants = ["none", "record"] + list(CUDAFD)

@@ -72,9 +72,12 @@ def _cpu(sections: dict) -> list[dict]:
             for k in ("executor_blocking", "sleep0")
             if _get(res, "methods", k, "cores") is not None
         )
-        bound = _get(res, "methods", "bound_sleep", "cores")
+        # the tighter bound for a program awaiting in an event loop: its selector asleep until each end
+        bound_key = "bound_loop" if _get(res, "methods", "bound_loop", "cores") is not None else "bound_sleep"
+        bound = _get(res, "methods", bound_key, "cores")
         if bound is not None:
-            base += f"; bound {bound:.3f}: the loop asleep for each kernel's exact length"
+            what = "selector" if bound_key == "bound_loop" else "thread"
+            base += f"; bound {bound:.3f}: the loop's {what} asleep for each kernel's exact length"
         measured = "not measured" if cores is None else f"{cores:.3f} cores ({base})"
         rows.append(
             _row(
