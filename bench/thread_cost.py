@@ -5,7 +5,9 @@
 For each way of waiting, --waits kernels of --kernel-ms back to back on one
 stream; before and after, every thread's on-CPU time (/proc schedstat, ns)
 and voluntary context switches (each one a sleep, so a later wake). Prints,
-per thread name: CPU µs per wait and sleeps per wait. Linux only.
+per thread name: CPU µs per wait and sleeps per wait, then the core's own
+counts per wait (``wakes``: the poller's wakes from its timer; a sleep not
+counted there was a wait for a lock). Linux only.
   cudafd_event     Notifier("event").watch + select() on its fd + drain
   asyncio_event    await Notifier("event").wait(stream) in one asyncio loop
 """
@@ -24,9 +26,15 @@ import cudafd
 from cudafd._bench.gpu import Gpu
 
 
+CORE_COUNTS = ("wakes", "direct", "paced")
+
+
 def snapshot() -> dict[str, list[int]]:
-    """Per thread name: [cpu ns, voluntary switches, involuntary switches], summed."""
+    """Per thread name: [cpu ns, voluntary switches, involuntary switches], summed;
+    under "core": the native core's CORE_COUNTS."""
     out: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    stats = cudafd.stats()
+    core = [stats.get(k, 0) for k in CORE_COUNTS]
     for tid in os.listdir("/proc/self/task"):
         base = f"/proc/self/task/{tid}"
         try:
@@ -41,19 +49,22 @@ def snapshot() -> dict[str, list[int]]:
         row[0] += cpu
         row[1] += vol
         row[2] += invol
+    out["core"] = core
     return out
 
 
 def report(name: str, waits: int, before, after, wall: float, kernel: float) -> None:
     print(f"{name}: {waits} waits, {(wall / waits - kernel) * 1e6:.1f} us over the kernel per wait")
     total = 0.0
-    for thread in sorted(set(before) | set(after)):
+    for thread in sorted((set(before) | set(after)) - {"core"}):
         a, b = after.get(thread, [0, 0, 0]), before.get(thread, [0, 0, 0])
         cpu = (a[0] - b[0]) / waits / 1e3
         total += cpu
         print(f"  {thread:18s} cpu/wait {cpu:8.1f} us  sleeps/wait {(a[1] - b[1]) / waits:6.2f}  "
               f"preempted/wait {(a[2] - b[2]) / waits:6.2f}")
-    print(f"  {'all':18s} cpu/wait {total:8.1f} us", flush=True)
+    print(f"  {'all':18s} cpu/wait {total:8.1f} us")
+    core = ", ".join(f"{k} {(a - b) / waits:.2f}" for k, a, b in zip(CORE_COUNTS, after["core"], before["core"]))
+    print(f"  core, per wait: {core}", flush=True)
 
 
 def main() -> None:

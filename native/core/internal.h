@@ -163,7 +163,9 @@ void cfd_notifier_push(struct cudafd_notifier *n, uint64_t token, int64_t status
 
 /* ---- waiter threads (waiters.c, pacing.c, blockers.c, hostfunc.c) ---- */
 #define CFD_HEALTH_NS (20 * 1000 * 1000) /* faults are looked for at least this often */
-#define CFD_PACE_SPIN_NS (50 * 1000)     /* the poller spins around a predicted end at most this long */
+#ifndef CFD_PACE_SPIN_NS /* compile-time knobs like this one are for measuring alternatives (bench/README.md) */
+#define CFD_PACE_SPIN_NS (50 * 1000) /* the poller spins around a predicted end at most this long */
+#endif
 int cfd_lane_activate(cfd_lane *l); /* new non-empty lane: hand to the poller; g.mu held */
 void cfd_list_add(cfd_lane **list, cfd_lane *l); /* the poller's lists, via lprev/lnext; g.mu held */
 void cfd_list_del(cfd_lane **list, cfd_lane *l);

@@ -35,6 +35,12 @@
  * lane's head to being found (direct-mapped by stream; a collision only
  * costs a guess). */
 #define PACE_KEEP 4
+#ifndef PACE_RANK
+#define PACE_RANK 0 /* the prediction: the PACE_RANK-th shortest of those (0: the shortest) */
+#endif
+#ifndef PACE_STEP_BACK_DIV
+#define PACE_STEP_BACK_DIV 64 /* found at a query at the predicted end: step back pace / this (>= PACE_EARLY_NS) */
+#endif
 #define PACE_PROBE_EVERY 8 /* waits between halfway probes of a steady stream */
 static struct {
     CUcontext ctx;
@@ -64,13 +70,18 @@ static int pace_slot(const cfd_lane *l)
 static int64_t pace_predict(const cfd_lane *l)
 {
     int i = pace_slot(l);
-    int64_t best = 0;
-    for (int k = 0; k < PACE_KEEP; k++) {
+    int64_t known[PACE_KEEP];
+    int n = 0;
+    for (int k = 0; k < PACE_KEEP; k++) { /* insertion sort of the known ones */
         int64_t ns = pace_hist[i].ns[k];
-        if (ns > 0 && (best == 0 || ns < best))
-            best = ns;
+        if (ns <= 0)
+            continue;
+        int j = n++;
+        for (; j > 0 && known[j - 1] > ns; j--)
+            known[j] = known[j - 1];
+        known[j] = ns;
     }
-    return best;
+    return n == 0 ? 0 : known[PACE_RANK < n ? PACE_RANK : n - 1];
 }
 
 void cfd_pace_push(const cfd_lane *l, int64_t took)
@@ -153,7 +164,8 @@ void cfd_pace_found(cfd_lane *l, int64_t now, int64_t asked, bool first_round)
         took = asked - l->since;
     } else if (first_round && l->predicted) {
         int64_t pace = l->pred_end - l->since;
-        took = pace - (pace / 64 > PACE_EARLY_NS ? pace / 64 : PACE_EARLY_NS);
+        int64_t back = pace / PACE_STEP_BACK_DIV;
+        took = pace - (back > PACE_EARLY_NS ? back : PACE_EARLY_NS);
     } else if (first_round) {
         took -= l->step / 2;
     }
