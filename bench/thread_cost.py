@@ -26,7 +26,7 @@ import cudafd
 from cudafd._bench.gpu import Gpu
 
 
-CORE_COUNTS = ("wakes", "direct", "paced")
+CORE_COUNTS = ("wakes", "direct", "paced", "timed")
 
 
 def snapshot() -> dict[str, list[int]]:

@@ -121,6 +121,23 @@ int cudafd_watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token);
  * current context hosts the wait (a side stream of it waits for the event;
  * the event may belong to another context); one must be current. */
 int cudafd_watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token);
+/* cudafd_watch_stream, for a caller that can sleep on a precise timer of its
+ * own (an event loop with a timerfd) and so spare the poller's thread its
+ * wake: *due_ns > 0 says the caller times this wait; it calls cudafd_check at
+ * that time (CLOCK_MONOTONIC ns) and as often as that says, until the wait
+ * finished or went back to the core. *due_ns == 0: an ordinary watch, whose
+ * completion comes through the fd (another mechanism, a stream with no
+ * history yet, or a stream with waits already pending). A caller that stops
+ * checking must cancel the token (closing the notifier also does). */
+int cudafd_watch_stream_timed(cudafd_notifier *n, uintptr_t stream, uint64_t *token, int64_t *due_ns);
+/* Ask after a wait from cudafd_watch_stream_timed. Sets *due_ns:
+ *   0   it finished: its status is in *status (0 or the CUresult); it will
+ *       never be drained, and the token is no longer pending;
+ *   > 0 still running: check again at *due_ns;
+ *   -1  the core has it now (another wait joined its stream, or it was
+ *       detached): its completion comes through the fd as usual.
+ * One thread at a time per token (CUDAFD_E_STATE otherwise). */
+int cudafd_check(cudafd_notifier *n, uint64_t token, int64_t *status, int64_t *due_ns);
 /* Already passed? 1 when every piece of work enqueued on `stream` so far has
  * finished without error, else 0: still running, faulted, or not a live
  * stream (watch it to learn which). A cheap check before a watch, so a wait
@@ -163,8 +180,9 @@ void cudafd_notifier_destroy(cudafd_notifier *n);
  *                said waits are long) and went straight to paced queries
  *  12 paced      completions found by a paced (timed) query of the poller
  *  13 wakes      times the poller woke from a sleep (the CPU a long wait costs
- *                it: about one per paced wait) */
-#define CUDAFD_STAT_COUNT 14
+ *                it: about one per paced wait)
+ *  14 timed      completions found by a caller's cudafd_check */
+#define CUDAFD_STAT_COUNT 15
 const char *cudafd_stat_name(int index);
 /* Fill out[0..n) with the counts; returns how many were filled. */
 int cudafd_stats(int64_t *out, int n);

@@ -164,12 +164,21 @@ def _scripted(notifier, answers):
             return True
         return answers.pop(0) if answers else True
 
+    real_watch_timed = notifier._watch_timed
+
     def watch(t, unless_done):
         calls["watch"] += 1
         return real_watch(t, unless_done)
 
+    def watch_timed(t):  # where it falls back on _watch, that counted it already
+        before = calls["watch"]
+        out = real_watch_timed(t)
+        calls["watch"] = before + 1
+        return out
+
     notifier._done_now = done_now
     notifier._watch = watch
+    notifier._watch_timed = watch_timed
     return calls
 
 

@@ -22,7 +22,7 @@ struct cfd_global g = {
 
 static const char *const stat_names[CUDAFD_STAT_COUNT] = {
     "threads", "events", "eventfds", "pending", "notifiers", "contexts", "streams",
-    "completed", "spun", "blocked", "faults", "direct", "paced", "wakes",
+    "completed", "spun", "blocked", "faults", "direct", "paced", "wakes", "timed",
 };
 
 CFD_API const char *cudafd_stat_name(int index)

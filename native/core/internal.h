@@ -88,7 +88,7 @@ void cfd_side_release(cfd_side_pool *p, uintptr_t key, int index); /* g.mu held 
 void cfd_event_destroy(CUevent ev);
 
 /* ---- waits and lanes (waits.c) ---- */
-enum { LANE_SPIN = 1, LANE_SLOW, LANE_BLOCKED };
+enum { LANE_SPIN = 1, LANE_SLOW, LANE_BLOCKED, LANE_CALLER /* timed by the caller: timed.c */ };
 
 typedef struct cfd_wait {
     uint64_t token; /* slot | generation << 32; 0 when the slot is free */
@@ -128,6 +128,7 @@ typedef struct cfd_lane {
     int64_t step;      /* SLOW: the last interval between paced queries; 0 before the first */
     int64_t pred_end;  /* SLOW: the predicted end of its head; 0 if none */
     bool halfway;      /* SLOW: next_poll is a probe halfway to pred_end */
+    bool hand_back;    /* CALLER: back to the poller once the check querying it is done */
 } cfd_lane;
 
 cfd_wait *cfd_wait_lookup(uint64_t token); /* g.mu held */
@@ -178,6 +179,13 @@ void cfd_pace_first(cfd_lane *l, int64_t now);  /* it just became paced */
 void cfd_pace_missed(cfd_lane *l, int64_t now); /* a paced query found it running */
 void cfd_pace_found(cfd_lane *l, int64_t now, int64_t asked, bool first_round); /* found done */
 void cfd_pace_push(const cfd_lane *l, int64_t took); /* a wait of the lane's stream took this long */
+bool cfd_pace_known(const cfd_lane *l);              /* its stream has a history to predict from */
+/* Waits timed by their caller (timed.c), g.mu held: take a new lane if it
+ * can be (its first query planned in l->next_poll); give one back to the
+ * poller (or free it if empty); give back every one whose wait was detached. */
+bool cfd_caller_take(cfd_lane *l, int64_t now);
+int cfd_caller_release(cfd_lane *l);
+void cfd_caller_release_detached(void);
 bool cfd_paced_long(const cfd_lane *l, int64_t now); /* paced for CUDAFD_OPT_BLOCK_AFTER_NS */
 int cfd_hostfunc_watch(struct cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream,
                        CUevent user_event, uint64_t *token);
@@ -197,6 +205,7 @@ struct cfd_global {
     unsigned direct_probe;           /* counts direct handoffs: every 16th spins instead */
     cfd_lane *spin_list, *slow_list; /* doubly linked via lprev/lnext */
     cfd_lane *blocked_list;          /* lanes a blocking waiter holds, same links */
+    cfd_lane *caller_list;           /* lanes their caller times (timed.c), same links */
     atomic_int nspin;                /* lanes in spin_list, read without g.mu */
     atomic_uint activity;            /* bumped when a lane becomes active */
     /* blockers */
@@ -220,7 +229,7 @@ extern struct cfd_global g;
 
 enum {
     ST_THREADS, ST_EVENTS, ST_EVENTFDS, ST_PENDING, ST_NOTIFIERS, ST_CONTEXTS, ST_STREAMS,
-    ST_COMPLETED, ST_SPUN, ST_BLOCKED, ST_FAULTS, ST_DIRECT, ST_PACED, ST_WAKES
+    ST_COMPLETED, ST_SPUN, ST_BLOCKED, ST_FAULTS, ST_DIRECT, ST_PACED, ST_WAKES, ST_TIMED
 };
 
 static inline void cfd_count(int index, int64_t delta)

@@ -135,6 +135,7 @@ CFD_API int cudafd_notifier_close(cudafd_notifier *n)
     pthread_mutex_lock(&g.mu);
     if (!n->closed) {
         cfd_detach_all(n);
+        cfd_caller_release_detached();
         pthread_mutex_lock(&n->mu);
         __atomic_store_n(&n->closed, true, __ATOMIC_RELEASE);
         bool was_quiet = n->qlen == 0;

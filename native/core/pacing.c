@@ -21,7 +21,8 @@
  * were noticed 2.8 ms after they ended, at the median.)
  *
  * Nothing here calls the driver or sleeps; every function runs with g.mu
- * held, on the poller's or a blocking waiter's thread.
+ * held, on the poller's or a blocking waiter's thread, or (timed.c) on the
+ * thread of a caller that times its own waits.
  */
 #include <string.h>
 
@@ -83,6 +84,8 @@ static int64_t pace_predict(const cfd_lane *l)
     }
     return n == 0 ? 0 : known[PACE_RANK < n ? PACE_RANK : n - 1];
 }
+
+bool cfd_pace_known(const cfd_lane *l) { return pace_predict(l) > 0; }
 
 void cfd_pace_push(const cfd_lane *l, int64_t took)
 {
@@ -164,7 +167,7 @@ void cfd_pace_found(cfd_lane *l, int64_t now, int64_t asked, bool first_round)
         took = asked - l->since;
     } else if (first_round && l->predicted) {
         int64_t pace = l->pred_end - l->since;
-        int64_t back = pace / PACE_STEP_BACK_DIV;
+        int64_t back = l->state == LANE_CALLER ? 0 : pace / PACE_STEP_BACK_DIV; /* timed.c: the caller came late */
         took = pace - (back > PACE_EARLY_NS ? back : PACE_EARLY_NS);
     } else if (first_round) {
         took -= l->step / 2;

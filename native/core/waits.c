@@ -174,6 +174,7 @@ static void fault_sweep(cfd_ctx *cx, int64_t status)
     for (cfd_wait *w = g.hf_pending; w; w = w->next)
         if (w->cx == cx)
             deliver(w, status);
+    cfd_caller_release_detached(); /* their callers' checks would never come */
 }
 
 void cfd_note_fault(cfd_ctx *cx, int64_t status)

@@ -85,7 +85,7 @@ static uint64_t this_thread(void) { return (uint64_t)syscall(SYS_gettid); }
  * `side` (>= 0): the side stream held for `side_key`, which the wait takes
  * over; on failure it is released here. */
 static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t thread, CUevent ev,
-                   int side, uintptr_t side_key, uint64_t *token)
+                   int side, uintptr_t side_key, uint64_t *token, int64_t *due)
 {
     pthread_mutex_lock(&g.mu);
     int rc = CUDAFD_OK;
@@ -111,10 +111,14 @@ static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t t
         l->tail = w;
         if (was_empty)
             l->since = w->t0;
-        if (was_empty && !l->state && (rc = cfd_lane_activate(l)) != CUDAFD_OK) {
+        if (was_empty && !l->state && due && cfd_caller_take(l, w->t0)) {
+            *due = l->next_poll; /* the caller times it (timed.c) */
+        } else if (was_empty && !l->state && (rc = cfd_lane_activate(l)) != CUDAFD_OK) {
             l->head = l->tail = NULL;
             cfd_wait_discard(w);
             w = NULL;
+        } else if (!was_empty && l->state == LANE_CALLER) {
+            rc = cfd_caller_release(l); /* two waits: the lane's order is the poller's to keep */
         }
     } else if (!w) {
         cfd_ctx_give_event(cx, ev);
@@ -155,7 +159,7 @@ static void ctx_unhold(cfd_ctx *cx)
     pthread_mutex_unlock(&g.mu);
 }
 
-CFD_API int cudafd_watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token)
+static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, int64_t *due)
 {
     int rc = check_notifier(n);
     if (rc != CUDAFD_OK)
@@ -186,7 +190,7 @@ CFD_API int cudafd_watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *
         CUevent ev = NULL;
         rc = cfd_record(cx, (CUstream)stream, taken, &ev);
         if (rc == CUDAFD_OK) {
-            rc = enqueue(n, cx, stream == 1 ? 0 : stream, thread, ev, -1, 0, token);
+            rc = enqueue(n, cx, stream == 1 ? 0 : stream, thread, ev, -1, 0, token, due);
             if (rc == CUDAFD_OK) { /* the common path: two critical sections in all */
                 leave_ctx(pushed);
                 return rc;
@@ -201,6 +205,19 @@ CFD_API int cudafd_watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *
     }
     ctx_unhold(cx);
     return rc;
+}
+
+CFD_API int cudafd_watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token)
+{
+    return watch_stream(n, stream, token, NULL);
+}
+
+CFD_API int cudafd_watch_stream_timed(cudafd_notifier *n, uintptr_t stream, uint64_t *token, int64_t *due_ns)
+{
+    if (!due_ns)
+        return cfd_fail(CUDAFD_E_INVALID, "due_ns is NULL");
+    *due_ns = 0;
+    return watch_stream(n, stream, token, due_ns);
 }
 
 CFD_API int cudafd_watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token)
@@ -245,7 +262,7 @@ CFD_API int cudafd_watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *to
         if (rc == CUDAFD_OK)
             rc = cfd_record(cx, side, NULL, &ev);
         if (rc == CUDAFD_OK) { /* enqueue takes over the side stream, even when it fails */
-            if ((rc = enqueue(n, cx, (uintptr_t)side, 0, ev, side_index, event, token)) == CUDAFD_OK)
+            if ((rc = enqueue(n, cx, (uintptr_t)side, 0, ev, side_index, event, token, NULL)) == CUDAFD_OK)
                 return rc; /* enqueue dropped the record's hold too */
         } else if (side_index >= 0) {
             pthread_mutex_lock(&g.mu);
@@ -280,8 +297,11 @@ CFD_API int cudafd_cancel(cudafd_notifier *n, uint64_t token)
     if (!w || w->n != n)
         rc = cfd_fail(CUDAFD_E_UNKNOWN_TOKEN, "token %llu is not pending on this notifier",
                       (unsigned long long)token);
-    else
+    else {
         cfd_wait_detach(w);
+        if (w->lane && w->lane->state == LANE_CALLER)
+            rc = cfd_caller_release(w->lane); /* the poller sees the detached wait through */
+    }
     pthread_mutex_unlock(&g.mu);
     return rc;
 }

@@ -54,7 +54,7 @@ MECH_EVENT = 0
 MECH_HOSTFUNC = 1
 MECH_SPIN = 2
 NATIVE_MECHANISMS = {"event": MECH_EVENT, "hostfunc": MECH_HOSTFUNC, "spin": MECH_SPIN}
-STAT_COUNT = 14
+STAT_COUNT = 15
 
 # Options (CUDAFD_OPT_*).
 OPT_SPIN_NS = 0
@@ -90,6 +90,8 @@ _PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "cudafd_watch_stream": (c_int, [c_void_p, c_size_t, POINTER(c_uint64)]),
     "cudafd_watch_event": (c_int, [c_void_p, c_size_t, POINTER(c_uint64)]),
     "cudafd_cancel": (c_int, [c_void_p, c_uint64]),
+    "cudafd_watch_stream_timed": (c_int, [c_void_p, c_size_t, POINTER(c_uint64), POINTER(c_int64)]),
+    "cudafd_check": (c_int, [c_void_p, c_uint64, POINTER(c_int64), POINTER(c_int64)]),
     "cudafd_stream_done": (c_int, [c_size_t]),
     "cudafd_event_done": (c_int, [c_size_t]),
     "cudafd_drain": (c_int, [c_void_p, POINTER(Completion), c_int]),

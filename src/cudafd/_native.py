@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-from ctypes import byref, c_uint64, c_void_p
+from ctypes import byref, c_int64, c_uint64, c_void_p
 
 from . import _lib
 from ._errors import E_CLOSED, E_UNKNOWN_TOKEN
@@ -52,6 +52,12 @@ class NativeBackend:
         self._c_watch_event = lib.cudafd_watch_event
         self._c_drain = lib.cudafd_drain
         self._c_cancel = lib.cudafd_cancel
+        self._c_watch_timed = lib.cudafd_watch_stream_timed
+        self._c_check = lib.cudafd_check
+        self._status = c_int64()
+        self._due = c_int64()
+        self._status_ref = ctypes.pointer(self._status)
+        self._due_ref = ctypes.pointer(self._due)
         self.stream_done = lib.cudafd_stream_done  # ctypes returns 0/1: a bool in all but type
         self.event_done = lib.cudafd_event_done
 
@@ -63,6 +69,23 @@ class NativeBackend:
         if rc:
             _lib.raise_for(self._lib, rc, "watching the stream")
         return self._token.value
+
+    def watch_stream_timed(self, handle: int) -> tuple[int, int]:
+        """(token, due_ns): due_ns > 0 when the caller times the wait (check() then), else 0."""
+        rc = self._c_watch_timed(self._ptr, handle, self._token_ref, self._due_ref)
+        if rc:
+            _lib.raise_for(self._lib, rc, "watching the stream")
+        return self._token.value, self._due.value
+
+    def check(self, token: int) -> tuple[int, int]:
+        """(status, due_ns) of a timed wait: due_ns 0 once finished (with its status),
+        > 0 to ask again then, -1 once the core reports it through the fd."""
+        rc = self._c_check(self._ptr, token, self._status_ref, self._due_ref)
+        if rc == E_UNKNOWN_TOKEN:
+            return 0, -1
+        if rc:
+            _lib.raise_for(self._lib, rc, "checking a wait")
+        return self._status.value, self._due.value
 
     def watch_event(self, handle: int, ctx: int) -> int:
         if ctx:

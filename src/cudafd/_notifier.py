@@ -174,6 +174,34 @@ class Notifier:
             self._pending[token] = t.keep
         return token
 
+    def _watch_timed(self, t: Target) -> tuple[int, int]:
+        """watch() for a caller that can time the wait on a precise timer of its
+        own: (token, due_ns). due_ns > 0 (time.monotonic_ns()): ask _check()
+        then; 0: an ordinary watch, reported by drain() (not a stream, not the
+        native event mechanism, or a stream the core has no history of yet)."""
+        timed = getattr(self._backend, "watch_stream_timed", None)
+        if t.kind != "stream" or timed is None or self.mechanism != "event":
+            return self._watch(t, False), 0
+        with self._lock:
+            if self._closed:
+                raise ClosedError("watch() on a closed Notifier")
+            token, due = timed(t.handle)
+            self._pending[token] = t.keep
+        return token, due
+
+    def _check(self, token: int) -> tuple[int, BaseException | None]:
+        """Ask after a wait from _watch_timed: (0, None or its CudaError) once it
+        finished (drain() will not report it), (due_ns, None) to ask again
+        then, (-1, None) once drain() will report it (or it was cancelled)."""
+        with self._lock:
+            if self._closed or token not in self._pending:
+                return -1, None
+            status, due = self._backend.check(token)  # type: ignore[union-attr]
+            if due != 0:
+                return due, None
+            del self._pending[token]
+            return 0, None if status == 0 else CudaError(status, where="the awaited GPU work")
+
     def _done_now(self, t: Target) -> bool:
         """True when ``t`` (stream or event) has finished without error by now: one driver
         query, no lock. False while it runs, after a fault, or once closed (the wait reports those)."""

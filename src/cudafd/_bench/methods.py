@@ -158,7 +158,7 @@ def make(key: str, kit: Kit, stream: int) -> Method:
         return asleep
 
     if key == "bound_loop":
-        from .timer import OneShot
+        from .._timerfd import OneShot
 
         ev = gpu.event(EV_SPIN)
         timer = OneShot()

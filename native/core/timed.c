@@ -1,0 +1,156 @@
+/*
+ * timed.c - waits whose caller does the poller's timing: cudafd_watch_stream_timed
+ * and cudafd_check.
+ *
+ * A long wait paced by the poller costs its thread a wake (and a short spin)
+ * on top of the caller's own wake: on an H200 ~50-60 us of CPU per 2 ms
+ * wait, a third of the process's (bench/results/2026-11-30-h200-bounds). An
+ * event loop that can sleep on a precise timer of its own can do the timing
+ * instead: the watch returns when the stream's history predicts the wait
+ * ends (pacing.c), the caller asks cudafd_check then, and learns the status
+ * right there, with no thread of ours woken and no completion queued.
+ *
+ * Such a lane (state LANE_CALLER, in g.caller_list) holds one wait and is
+ * owned by the caller's check, which alone pops it; its query runs unlocked
+ * with l->polling set, as the poller's do, and the flag stays set until the
+ * check is done with the lane. Whenever that cannot hold, the
+ * lane goes back to the poller (cfd_caller_release) and the wait is reported
+ * through the fd like any other: when a second wait joins the lane (order
+ * is the lane's), when the wait is detached (cancel, close, a fault swept
+ * its context), or when the check finds it so. A release asked for while a
+ * check queries unlocked is done by that check (l->hand_back).
+ *
+ * Only the event mechanism, only streams with a history (the first wait on
+ * a stream is paced by the poller, which learns its length), and only while
+ * the caller keeps checking: a caller that stops must cancel the token or
+ * close the notifier, which also hand the lane back.
+ */
+#include "internal.h"
+
+/* The caller's next query: pacing's plan, except that a query planned at a
+ * predicted end goes CALLER_LATE_NS after it. The poller wakes early and
+ * spins across the end; a caller that came early pays a whole second wake,
+ * so it comes a little late instead. (Found there, the prediction steps back
+ * only PACE_EARLY_NS, pacing.c, so it comes early again only every few
+ * waits, and that query times the wait exactly.) */
+#define CALLER_LATE_NS (40 * 1000)
+static int64_t caller_due(const cfd_lane *l) { return l->predicted ? l->pred_end + CALLER_LATE_NS : l->next_poll; }
+
+bool cfd_caller_take(cfd_lane *l, int64_t now)
+{
+    if (l->mech != CUDAFD_MECH_EVENT || !cfd_pace_known(l))
+        return false;
+    l->state = LANE_CALLER;
+    l->hand_back = false;
+    cfd_list_add(&g.caller_list, l);
+    cfd_pace_first(l, now);
+    l->next_poll = caller_due(l);
+    cfd_count(ST_DIRECT, 1);
+    return true;
+}
+
+int cfd_caller_release(cfd_lane *l)
+{
+    if (l->state != LANE_CALLER)
+        return CUDAFD_OK;
+    if (l->polling) { /* a check is querying it unlocked: it hands the lane back itself */
+        l->hand_back = true;
+        return CUDAFD_OK;
+    }
+    cfd_list_del(&g.caller_list, l);
+    l->state = 0;
+    l->hand_back = false;
+    if (!l->head) {
+        if (!l->queued)
+            cfd_lane_free(l);
+        return CUDAFD_OK;
+    }
+    return cfd_lane_activate(l);
+}
+
+void cfd_caller_release_detached(void)
+{
+    cfd_lane *next;
+    for (cfd_lane *l = g.caller_list; l; l = next) {
+        next = l->lnext;
+        if (!l->head || !l->head->n)
+            cfd_caller_release(l);
+    }
+}
+
+/* The head of a caller's lane finished with `r` while attached to its
+ * notifier: complete it without queueing it (the check returns the status). */
+static void complete_quietly(cfd_lane *l, int64_t r)
+{
+    cfd_wait_detach(l->head);
+    cfd_count(ST_COMPLETED, 1);
+    cfd_count(ST_TIMED, 1);
+    if (r != 0)
+        cfd_count(ST_FAULTS, 1);
+    cfd_lane_pop(l, r);
+}
+
+CFD_API int cudafd_check(cudafd_notifier *n, uint64_t token, int64_t *status, int64_t *due_ns)
+{
+    if (!n || !status || !due_ns)
+        return cfd_fail(CUDAFD_E_INVALID, "%s is NULL", !n ? "notifier" : !status ? "status" : "due_ns");
+    int rc = cfd_driver_ready();
+    if (rc != CUDAFD_OK)
+        return rc;
+    *status = 0;
+    *due_ns = -1;
+    pthread_mutex_lock(&g.mu);
+    cfd_wait *w = cfd_wait_lookup(token);
+    if (!w || (w->n && w->n != n)) {
+        pthread_mutex_unlock(&g.mu);
+        return cfd_fail(CUDAFD_E_UNKNOWN_TOKEN, "token %llu is not pending on this notifier",
+                        (unsigned long long)token);
+    }
+    cfd_lane *l = w->lane;
+    if (l->state != LANE_CALLER || l->head != w || !w->n) { /* the core reports it (or it was cancelled) */
+        rc = cfd_caller_release(l);
+        pthread_mutex_unlock(&g.mu);
+        return rc;
+    }
+    if (l->polling) {
+        pthread_mutex_unlock(&g.mu);
+        return cfd_fail(CUDAFD_E_STATE, "token %llu is being checked on another thread", (unsigned long long)token);
+    }
+    CUevent ev = w->ev;
+    CUcontext ctx = w->cx->ctx;
+    l->polling = true;
+    cfd_probe_begin();
+    pthread_mutex_unlock(&g.mu);
+
+    CUcontext cur = NULL;
+    bool pushed = cu.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur != ctx && cu.cuCtxPushCurrent(ctx) == CUDA_SUCCESS;
+    int64_t asked = cfd_now_ns();
+    CUresult r = cu.cuEventQuery(ev);
+    if (pushed)
+        cu.cuCtxPopCurrent(&cur);
+
+    pthread_mutex_lock(&g.mu);
+    cfd_probe_end();
+    int64_t now = cfd_now_ns();
+    if (r != CUDA_ERROR_NOT_READY) {
+        if (r == CUDA_SUCCESS)
+            cfd_pace_found(l, now, asked, true);
+        if (w->n == n) {
+            complete_quietly(l, r);
+            *status = r;
+            *due_ns = 0;
+        } else {
+            cfd_lane_pop(l, r); /* detached meanwhile: reported by the fd (a fault), or cancelled */
+        }
+    } else if (w->n == n && !l->hand_back) {
+        cfd_pace_missed(l, now);
+        *due_ns = l->next_poll = caller_due(l);
+    }
+    l->polling = false; /* only now: a fault swept by that pop may have asked for the lane back */
+    if (*due_ns <= 0)
+        l->hand_back = true; /* done with it: the lane goes to the poller, or is freed if empty */
+    if (l->hand_back)
+        rc = cfd_caller_release(l);
+    pthread_mutex_unlock(&g.mu);
+    return rc;
+}
