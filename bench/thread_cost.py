@@ -9,7 +9,10 @@ per thread name: CPU µs per wait and sleeps per wait, then the core's own
 counts per wait (``wakes``: the poller's wakes from its timer; a sleep not
 counted there was a wait for a lock). Linux only.
   cudafd_event     Notifier("event").watch + select() on its fd + drain
-  asyncio_event    await Notifier("event").wait(stream) in one asyncio loop
+  asyncio_event    await Notifier("event").wait(stream) in one asyncio loop (the
+                   loop times each wait itself: cudafd_watch_stream_timed)
+  asyncio_event_poller  the same with the poller timing them (as before the loop could)
+The two asyncio ways take turns, twice.
 """
 from __future__ import annotations
 
@@ -112,8 +115,10 @@ def main() -> None:
             time.sleep(kernel)
         print(f"  time.sleep({a.kernel_ms} ms) alone: {(clock() - c0) / waits / 1e3:.1f} us of this thread's CPU")
 
-    async def aio():
+    async def aio(timed: bool):
         with cudafd.Notifier("event") as n:
+            if not timed:  # every watch an ordinary one: the poller times it
+                n._watch_timed = lambda t: (n._watch(t, False), 0)
             for _ in range(30):
                 gpu.launch(s, kernel)
                 await n.wait(s)
@@ -121,9 +126,11 @@ def main() -> None:
             for _ in range(waits):
                 gpu.launch(s, kernel)
                 await n.wait(s)
-            report("asyncio_event", waits, before, snapshot(), time.perf_counter() - t0, kernel)
+            name = "asyncio_event" if timed else "asyncio_event_poller"
+            report(name, waits, before, snapshot(), time.perf_counter() - t0, kernel)
 
-    asyncio.run(aio())
+    for timed in (True, False, True, False):
+        asyncio.run(aio(timed))
     gpu.close()
 
 
