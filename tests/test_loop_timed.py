@@ -1,0 +1,169 @@
+"""Long waits timed by the event loop itself (asyncio and uvloop).
+
+A lone wait that outlasts the loop's spin window asks the core to let the
+loop time it (cudafd_watch_stream_timed): the loop sleeps on a timerfd until
+the stream's history says the work ends and asks cudafd_check, so the
+poller's thread is never woken for it. Whatever the core reports through the
+fd instead (another wait joined the stream, a fault, close) still resolves
+the wait. These tests pin that down: the loop times what it should, the
+poller stays asleep, order, cancellation, close and faults behave as for any
+wait, and nothing is left behind (the autouse no_leaks fixture).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from support import REAL, Device, run
+
+import cudafd
+from cudafd import _aio
+
+LONG = 0.003
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+async def _settle(api, s) -> None:
+    """Long lone waits until the loop's spin window is off and the stream has a history."""
+    for _ in range(10):
+        s.launch(LONG)
+        await api.notifier.wait(s)
+    assert _aio.dispatcher(asyncio.get_running_loop(), api.notifier)._window < _aio.SPIN_MIN
+
+
+@pytest.mark.asyncio_only
+def test_lone_long_waits_are_timed_by_the_loop_and_leave_the_poller_asleep(dev, loop_flavor):
+    s = dev.stream()
+
+    async def body(api):
+        await _settle(api, s)
+        before = cudafd.stats()
+        for _ in range(12):
+            s.launch(LONG)
+            await api.notifier.wait(s)
+            assert s.idle()
+        after = cudafd.stats()
+        assert after["timed"] - before["timed"] >= 10, (before, after)
+        assert after["wakes"] - before["wakes"] <= 2, (before, after)  # the poller was not woken for them
+        assert api.notifier.pending == 0
+
+    run(loop_flavor, "event", body)
+
+
+@pytest.mark.asyncio_only
+@pytest.mark.parametrize("mechanism", ["hostfunc", "spin", "poll"])
+def test_other_mechanisms_are_never_timed_by_the_loop(dev, loop_flavor, mechanism):
+    s = dev.stream()
+
+    async def body(api):
+        before = cudafd.stats()
+        for _ in range(12):
+            s.launch(LONG)
+            await api.notifier.wait(s)
+        assert cudafd.stats().get("timed", 0) == before.get("timed", 0)
+
+    run(loop_flavor, mechanism, body)
+
+
+@pytest.mark.asyncio_only
+def test_a_wait_joining_a_timed_one_resumes_after_it(dev, loop_flavor):
+    s = dev.stream()
+
+    async def body(api):
+        await _settle(api, s)
+        order = []
+
+        async def one(name, seconds):
+            s.launch(seconds)
+            await api.notifier.wait(s)
+            order.append(name)
+
+        first = asyncio.ensure_future(one("first", LONG))
+        await asyncio.sleep(0)  # first is timed by the loop now
+        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
+        assert d._timed, "the first wait is not timed by the loop"
+        second = asyncio.ensure_future(one("second", 0.0005))  # its work ends after first's
+        await asyncio.gather(first, second)
+        assert order == ["first", "second"]
+        assert not d._timed and api.notifier.pending == 0
+
+    run(loop_flavor, "event", body)
+
+
+@pytest.mark.asyncio_only
+def test_cancelling_a_timed_wait_leaves_nothing(dev, loop_flavor):
+    s = dev.stream()
+
+    async def body(api):
+        await _settle(api, s)
+        s.launch(0.05)
+        task = asyncio.ensure_future(api.notifier.wait(s))
+        await asyncio.sleep(0.005)
+        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
+        assert d._timed
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not d._timed and api.notifier.pending == 0
+        s.synchronize()
+        s.launch(LONG)  # and the next wait still works
+        await api.notifier.wait(s)
+
+    run(loop_flavor, "event", body)
+
+
+@pytest.mark.asyncio_only
+def test_closing_the_notifier_fails_a_timed_wait(dev, loop_flavor):
+    s = dev.stream()
+
+    async def body(api):
+        await _settle(api, s)
+        s.launch(0.05)
+        task = asyncio.ensure_future(api.notifier.wait(s))
+        await asyncio.sleep(0.005)
+        assert _aio.dispatcher(asyncio.get_running_loop(), api.notifier)._timed
+        api.notifier.close()
+        with pytest.raises(cudafd.ClosedError):
+            await task
+        s.synchronize()
+
+    run(loop_flavor, "event", body)
+
+
+def timed_fault(flavor: str) -> dict:
+    """A timed wait whose kernel faults: what it raised, and whether the loop's check found it.
+    In a process of its own on a real GPU (a fault there ends every context of the process)."""
+    dev = Device(0)
+    try:
+        s = dev.stream()
+
+        async def body(api):
+            await _settle(api, s)
+            before = cudafd.stats()["timed"]
+            s.launch(LONG, fault=True)
+            try:
+                await api.notifier.wait(s)
+            except cudafd.CudaError as err:
+                return {"raised": err.name, "timed": cudafd.stats()["timed"] > before}
+            return {"raised": None}
+
+        return run(flavor, "event", body)
+    finally:
+        if not REAL:
+            dev.close()
+
+
+@pytest.mark.asyncio_only
+def test_a_fault_in_a_timed_wait_raises(loop_flavor):
+    if REAL:
+        code = f"import json, test_loop_timed as t; print(json.dumps(t.timed_fault({loop_flavor!r})))"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=HERE)
+        assert out.returncode == 0, out.stderr
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+    else:
+        result = timed_fault(loop_flavor)
+    assert result == {"raised": "CUDA_ERROR_ILLEGAL_ADDRESS", "timed": True}, result
