@@ -251,14 +251,6 @@ void cfd_lane_pop(cfd_lane *l, int64_t status)
     cfd_wait_complete(w, status, false);
 }
 
-int cfd_lane_release_if_empty(cfd_lane *l)
-{
-    if (l->head || l->polling || l->queued || l->state == LANE_SPIN || l->state == LANE_SLOW)
-        return 0;
-    cfd_lane_free(l);
-    return 1;
-}
-
 /* ---- wait records of a notifier ---- */
 
 cfd_wait *cfd_wait_new(cudafd_notifier *n, cfd_ctx *cx, CUevent ev)
