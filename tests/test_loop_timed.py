@@ -35,6 +35,17 @@ async def _settle(api, s) -> None:
     assert _aio.dispatcher(asyncio.get_running_loop(), api.notifier)._window < _aio.SPIN_MIN
 
 
+async def _timed_wait(api, s):
+    """A 50 ms wait the loop is timing now: (its task, the dispatcher)."""
+    await _settle(api, s)
+    s.launch(0.05)
+    task = asyncio.ensure_future(api.notifier.wait(s))
+    await asyncio.sleep(0.005)
+    d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
+    assert d._timed, "the wait is not timed by the loop"
+    return task, d
+
+
 @pytest.mark.asyncio_only
 def test_lone_long_waits_are_timed_by_the_loop_and_leave_the_poller_asleep(dev, loop_flavor):
     s = dev.stream()
@@ -99,12 +110,7 @@ def test_cancelling_a_timed_wait_leaves_nothing(dev, loop_flavor):
     s = dev.stream()
 
     async def body(api):
-        await _settle(api, s)
-        s.launch(0.05)
-        task = asyncio.ensure_future(api.notifier.wait(s))
-        await asyncio.sleep(0.005)
-        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
-        assert d._timed
+        task, d = await _timed_wait(api, s)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -121,11 +127,7 @@ def test_closing_the_notifier_fails_a_timed_wait(dev, loop_flavor):
     s = dev.stream()
 
     async def body(api):
-        await _settle(api, s)
-        s.launch(0.05)
-        task = asyncio.ensure_future(api.notifier.wait(s))
-        await asyncio.sleep(0.005)
-        assert _aio.dispatcher(asyncio.get_running_loop(), api.notifier)._timed
+        task, _ = await _timed_wait(api, s)
         api.notifier.close()
         with pytest.raises(cudafd.ClosedError):
             await task
