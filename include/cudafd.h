@@ -128,7 +128,9 @@ int cudafd_watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token);
  * finished or went back to the core. *due_ns == 0: an ordinary watch, whose
  * completion comes through the fd (another mechanism, a stream with no
  * history yet, or a stream with waits already pending). A caller that stops
- * checking must cancel the token (closing the notifier also does). */
+ * checking should cancel the token (closing the notifier also does); a wait
+ * not checked for a second past its due time goes back to the core, and the
+ * fd reports it. */
 int cudafd_watch_stream_timed(cudafd_notifier *n, uintptr_t stream, uint64_t *token, int64_t *due_ns);
 /* Ask after a wait from cudafd_watch_stream_timed. Sets *due_ns:
  *   0   it finished: its status is in *status (0 or the CUresult); it will

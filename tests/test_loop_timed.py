@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from support import REAL, Device, run
@@ -169,3 +170,26 @@ def test_a_fault_in_a_timed_wait_raises(loop_flavor):
     else:
         result = timed_fault(loop_flavor)
     assert result == {"raised": "CUDA_ERROR_ILLEGAL_ADDRESS", "timed": True}, result
+
+
+@pytest.mark.asyncio_only
+def test_a_timed_wait_outlasting_a_blocked_loop_goes_back_to_the_core(dev, loop_flavor):
+    # A loop that does not come back to check (blocked here for 1.3 s) loses
+    # the wait to the poller a second past its due time; the fd reports it.
+    s = dev.stream()
+
+    async def body(api):
+        await _settle(api, s)
+        s.launch(LONG)
+        task = asyncio.ensure_future(api.notifier.wait(s))
+        await asyncio.sleep(0)
+        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
+        assert d._timed
+        before = cudafd.stats()
+        time.sleep(1.3)  # the loop blocked: its clock cannot fire
+        await task
+        after = cudafd.stats()
+        assert after["timed"] == before["timed"] and after["paced"] + after["spun"] > before["paced"] + before["spun"]
+        assert api.notifier.pending == 0
+
+    run(loop_flavor, "event", body)

@@ -171,6 +171,7 @@ int cfd_lane_activate(cfd_lane *l); /* new non-empty lane: hand to the poller; g
 void cfd_list_add(cfd_lane **list, cfd_lane *l); /* the poller's lists, via lprev/lnext; g.mu held */
 void cfd_list_del(cfd_lane **list, cfd_lane *l);
 void cfd_wake_poller(void);                       /* at once, if it sleeps; g.mu held */
+void cfd_poller_due_by(int64_t at);               /* if it sleeps past `at`, move its timer (no wake); g.mu held */
 void cfd_wake_poller_if_untimed(void);            /* g.mu held */
 bool cfd_offer_to_blockers(cfd_lane *l); /* queue a slow lane for a blocker; false if none will come; g.mu held */
 /* Pacing (g.mu held): plan a slow lane's next query (l->next_poll), and
@@ -186,6 +187,9 @@ bool cfd_pace_known(const cfd_lane *l);              /* its stream has a history
 bool cfd_caller_take(cfd_lane *l, int64_t now);
 int cfd_caller_release(cfd_lane *l);
 void cfd_caller_release_detached(void);
+/* The poller's look at them: those whose caller is long overdue go back to
+ * it (*released); returns when the next one will be. */
+int64_t cfd_caller_overdue(int64_t now, bool *released);
 bool cfd_paced_long(const cfd_lane *l, int64_t now); /* paced for CUDAFD_OPT_BLOCK_AFTER_NS */
 int cfd_hostfunc_watch(struct cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream,
                        CUevent user_event, uint64_t *token);

@@ -20,10 +20,13 @@
  * its context), or when the check finds it so. A release asked for while a
  * check queries unlocked is done by that check (l->hand_back).
  *
- * Only the event mechanism, only streams with a history (the first wait on
- * a stream is paced by the poller, which learns its length), and only while
- * the caller keeps checking: a caller that stops must cancel the token or
- * close the notifier, which also hand the lane back.
+ * Only the event mechanism, and only streams with a history (the first wait
+ * on a stream is paced by the poller, which learns its length). A caller
+ * that stops checking should cancel the token or close the notifier, which
+ * hand the lane back at once; one that just stops (a bug, a loop blocked for
+ * long) loses the wait to the poller CALLER_GRACE_NS after its due time, and
+ * the fd reports it: a wait is never stranded. The poller's timer covers
+ * that (one wake a second at most, while callers time waits).
  */
 #include "internal.h"
 
@@ -34,6 +37,7 @@
  * only PACE_EARLY_NS, pacing.c, so it comes early again only every few
  * waits, and that query times the wait exactly.) */
 #define CALLER_LATE_NS (40 * 1000)
+#define CALLER_GRACE_NS (1000 * 1000 * 1000LL)
 static int64_t caller_due(const cfd_lane *l) { return l->predicted ? l->pred_end + CALLER_LATE_NS : l->next_poll; }
 
 bool cfd_caller_take(cfd_lane *l, int64_t now)
@@ -45,8 +49,27 @@ bool cfd_caller_take(cfd_lane *l, int64_t now)
     cfd_list_add(&g.caller_list, l);
     cfd_pace_first(l, now);
     l->next_poll = caller_due(l);
+    cfd_poller_due_by(l->next_poll + CALLER_GRACE_NS);
     cfd_count(ST_DIRECT, 1);
     return true;
+}
+
+int64_t cfd_caller_overdue(int64_t now, bool *released)
+{
+    int64_t next = INT64_MAX;
+    cfd_lane *lnext;
+    *released = false;
+    for (cfd_lane *l = g.caller_list; l; l = lnext) {
+        lnext = l->lnext;
+        int64_t late_at = l->next_poll + CALLER_GRACE_NS;
+        if (late_at <= now && !l->polling) {
+            cfd_caller_release(l);
+            *released = true;
+        } else if (late_at < next) {
+            next = late_at;
+        }
+    }
+    return next;
 }
 
 int cfd_caller_release(cfd_lane *l)

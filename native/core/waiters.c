@@ -112,7 +112,7 @@ static void arm_poller(int64_t at)
 
 /* Have the sleeping poller wake by `at` at the latest (now if `at` is 0):
  * its timer moves earlier, and nothing wakes it before. */
-static void poller_due_by(int64_t at)
+void cfd_poller_due_by(int64_t at)
 {
     if (g.poller_sleeping && at < g.poller_wake_at) {
         arm_poller(at);
@@ -120,7 +120,7 @@ static void poller_due_by(int64_t at)
     }
 }
 
-void cfd_wake_poller(void) { poller_due_by(0); }
+void cfd_wake_poller(void) { cfd_poller_due_by(0); }
 
 void cfd_wake_poller_if_untimed(void)
 {
@@ -181,7 +181,7 @@ static bool activate_direct(cfd_lane *l)
         return false;
     }
     enter_slow(l, cfd_now_ns());
-    poller_due_by(l->next_poll);
+    cfd_poller_due_by(l->next_poll);
     cfd_count(ST_DIRECT, 1);
     return true;
 }
@@ -332,6 +332,14 @@ static void *poller_main(void *arg)
             } else if (l->next_poll < next_slow) {
                 next_slow = l->next_poll;
             }
+        }
+        if (g.caller_list) { /* waits their callers time: taken back if a caller went away */
+            bool released;
+            int64_t overdue = cfd_caller_overdue(now, &released);
+            if (released)
+                continue; /* they are in the lists now: look again */
+            if (overdue < next_slow)
+                next_slow = overdue;
         }
         if (g.blocked_list && now >= next_health) {
             check_health();

@@ -476,6 +476,14 @@ static void test_timed(CUcontext ctx)
     cudafd_watch_stream_timed(n, (uintptr_t)s, &t, &due);
     CHECK(due > 0 && cudafd_cancel(n, t) == CUDAFD_OK, "cancel a timed wait");
     CHECK(collect(n, c, 1, 0.1) == 0, "a cancelled timed wait is not drained");
+    /* never checked, never cancelled: the poller takes it back after the grace (1 s) */
+    sim_launch(s, 2000000, 0);
+    cudafd_watch_stream_timed(n, (uintptr_t)s, &t, &due);
+    double t0 = now_s();
+    CHECK(due > 0 && collect(n, c, 1, 5.0) == 1 && c[0].token == t && c[0].status == 0,
+          "a timed wait its caller forgot is reported through the fd");
+    CHECK(now_s() - t0 > 0.9, "not before the grace (%.3f s)", now_s() - t0);
+    CHECK(cudafd_check(n, t, &status, &due) == CUDAFD_E_UNKNOWN_TOKEN, "and then it is gone");
     /* bad input */
     CHECK(cudafd_check(NULL, t, &status, &due) == CUDAFD_E_INVALID, "NULL notifier");
     CHECK(cudafd_check(n, t, NULL, &due) == CUDAFD_E_INVALID, "NULL status");
