@@ -272,6 +272,8 @@ class Dispatcher:
         except BaseException:
             del futures[token]
             self._cancel(token)
+            if not futures:
+                self._disarm_later()
             raise
         try:
             await fut
