@@ -94,6 +94,11 @@ def _load_async_wait() -> Callable[..., Coroutine[Any, Any, None]]:
     return wait
 
 
+def _wait_error(status: int) -> CudaError | None:
+    """What a finished wait with this status raises (None: it succeeded)."""
+    return None if status == 0 else CudaError(status, where="the awaited GPU work")
+
+
 class Notifier:
     """A pollable fd plus a queue of finished waits (see the module docstring).
 
@@ -200,7 +205,7 @@ class Notifier:
             if due != 0:
                 return due, None
             del self._pending[token]
-            return 0, None if status == 0 else CudaError(status, where="the awaited GPU work")
+            return 0, _wait_error(status)
 
     def _done_now(self, t: Target) -> bool:
         """True when ``t`` (stream or event) has finished without error by now: one driver
@@ -264,7 +269,7 @@ class Notifier:
                     dropped.discard(token)
                     continue
                 pending.pop(token, None)
-                out.append((token, None if status == 0 else CudaError(status, where="the awaited GPU work")))
+                out.append((token, _wait_error(status)))
             return out
 
     def poll(self) -> None:
