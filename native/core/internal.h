@@ -37,6 +37,11 @@ int cfd_driver_ready(void); /* loads on first use; CUDAFD_OK or an error code */
 int cfd_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int cfd_fail_cuda(CUresult r, const char *what);
 
+/* Make ctx current on this thread if it is not (watch.c); *pushed: pop it
+ * after with cfd_leave_ctx. Fails with the driver's error. */
+int cfd_enter_ctx(CUcontext ctx, bool *pushed);
+void cfd_leave_ctx(bool pushed);
+
 /* ---- time and pausing ---- */
 int64_t cfd_now_ns(void);
 static inline void cfd_cpu_relax(void)

@@ -145,12 +145,15 @@ CFD_API int cudafd_check(cudafd_notifier *n, uint64_t token, int64_t *status, in
     cfd_probe_begin();
     pthread_mutex_unlock(&g.mu);
 
-    CUcontext cur = NULL;
-    bool pushed = cu.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur != ctx && cu.cuCtxPushCurrent(ctx) == CUDA_SUCCESS;
+    bool pushed;
     int64_t asked = cfd_now_ns();
-    CUresult r = cu.cuEventQuery(ev);
-    if (pushed)
-        cu.cuCtxPopCurrent(&cur);
+    CUresult r;
+    if (cfd_enter_ctx(ctx, &pushed) == CUDAFD_OK) {
+        r = cu.cuEventQuery(ev);
+        cfd_leave_ctx(pushed);
+    } else {
+        r = (CUresult)cudafd_last_cuda_error(); /* the context cannot be made current: that is its status */
+    }
 
     pthread_mutex_lock(&g.mu);
     cfd_probe_end();

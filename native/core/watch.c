@@ -24,7 +24,7 @@ static int check_notifier(cudafd_notifier *n)
 }
 
 /* Make ctx current on this thread if it is not; *pushed tells whether to pop. */
-static int enter_ctx(CUcontext ctx, bool *pushed)
+int cfd_enter_ctx(CUcontext ctx, bool *pushed)
 {
     CUcontext cur = NULL;
     *pushed = false;
@@ -40,7 +40,7 @@ static int enter_ctx(CUcontext ctx, bool *pushed)
     return CUDAFD_OK;
 }
 
-static void leave_ctx(bool pushed)
+void cfd_leave_ctx(bool pushed)
 {
     CUcontext ignored;
     if (pushed)
@@ -173,14 +173,14 @@ static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, i
     if (r != CUDA_SUCCESS)
         return cfd_fail_cuda(r, "cuStreamGetCtx (is this a live stream?)");
     bool pushed;
-    rc = enter_ctx(ctx, &pushed);
+    rc = cfd_enter_ctx(ctx, &pushed);
     if (rc != CUDAFD_OK)
         return rc;
     bool hostfunc = n->mech == CUDAFD_MECH_HOSTFUNC;
     CUevent taken = NULL;
     cfd_ctx *cx = ctx_record(ctx, hostfunc ? NULL : &taken);
     if (!cx) {
-        leave_ctx(pushed);
+        cfd_leave_ctx(pushed);
         return CUDAFD_E_NOMEM;
     }
     uint64_t thread = (CUstream)stream == CU_STREAM_PER_THREAD ? this_thread() : 0;
@@ -192,12 +192,12 @@ static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, i
         if (rc == CUDAFD_OK) {
             rc = enqueue(n, cx, stream == 1 ? 0 : stream, thread, ev, -1, 0, token, due);
             if (rc == CUDAFD_OK) { /* the common path: two critical sections in all */
-                leave_ctx(pushed);
+                cfd_leave_ctx(pushed);
                 return rc;
             }
         }
     }
-    leave_ctx(pushed);
+    cfd_leave_ctx(pushed);
     if (rc == CUDAFD_E_CUDA) {
         pthread_mutex_lock(&g.mu);
         cfd_note_fault(cx, cudafd_last_cuda_error());
