@@ -36,15 +36,23 @@ async def _settle(api, s) -> None:
     assert _aio.dispatcher(asyncio.get_running_loop(), api.notifier)._window < _aio.SPIN_MIN
 
 
-async def _timed_wait(api, s):
-    """A 50 ms wait the loop is timing now: (its task, the dispatcher)."""
-    await _settle(api, s)
-    s.launch(0.05)
-    task = asyncio.ensure_future(api.notifier.wait(s))
-    await asyncio.sleep(0.005)
+async def _until_timed(api):
+    """Yield until a wait started just now is timed by the loop (one pass, or a
+    few if it is the spin window's periodic probe); its dispatcher."""
     d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
-    assert d._timed, "the wait is not timed by the loop"
-    return task, d
+    for _ in range(100):
+        await asyncio.sleep(0)
+        if d._timed:
+            return d
+    raise AssertionError("the wait is not timed by the loop")
+
+
+async def _timed_wait(api, s, seconds=0.05):
+    """A wait of `seconds` the loop is timing now: (its task, the dispatcher)."""
+    await _settle(api, s)
+    s.launch(seconds)
+    task = asyncio.ensure_future(api.notifier.wait(s))
+    return task, await _until_timed(api)
 
 
 @pytest.mark.asyncio_only
@@ -95,9 +103,7 @@ def test_a_wait_joining_a_timed_one_resumes_after_it(dev, loop_flavor):
             order.append(name)
 
         first = asyncio.ensure_future(one("first", LONG))
-        await asyncio.sleep(0)  # first is timed by the loop now
-        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
-        assert d._timed, "the first wait is not timed by the loop"
+        d = await _until_timed(api)
         second = asyncio.ensure_future(one("second", 0.0005))  # its work ends after first's
         await asyncio.gather(first, second)
         assert order == ["first", "second"]
@@ -179,12 +185,7 @@ def test_a_timed_wait_outlasting_a_blocked_loop_goes_back_to_the_core(dev, loop_
     s = dev.stream()
 
     async def body(api):
-        await _settle(api, s)
-        s.launch(LONG)
-        task = asyncio.ensure_future(api.notifier.wait(s))
-        await asyncio.sleep(0)
-        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
-        assert d._timed
+        task, _ = await _timed_wait(api, s, LONG)
         before = cudafd.stats()
         time.sleep(1.3)  # the loop blocked: its clock cannot fire
         await task
