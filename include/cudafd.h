@@ -140,6 +140,16 @@ int cudafd_watch_stream_timed(cudafd_notifier *n, uintptr_t stream, uint64_t *to
  *       detached): its completion comes through the fd as usual.
  * One thread at a time per token (CUDAFD_E_STATE otherwise). */
 int cudafd_check(cudafd_notifier *n, uint64_t token, int64_t *status, int64_t *due_ns);
+/* Have the core arm the caller's timerfd (CLOCK_MONOTONIC) for the waits
+ * the caller times, which spares it a timerfd_settime of its own per wait:
+ * cudafd_watch_stream_timed and cudafd_check arm it at each *due_ns > 0 they
+ * return, and cudafd_check disarms it (clearing its readiness) when it
+ * returns 0 or -1. If it cannot be armed, the wait is the core's instead
+ * (*due_ns 0 from the watch, -1 from the check), so a wait is never left
+ * without a timer. For a caller that times one wait at a time: each due
+ * replaces the last. -1 stops it. The fd stays the caller's: set -1 before
+ * closing it. CUDAFD_E_INVALID if it is not a timerfd. */
+int cudafd_set_clock(cudafd_notifier *n, int timerfd);
 /* Already passed? 1 when every piece of work enqueued on `stream` so far has
  * finished without error, else 0: still running, faulted, or not a live
  * stream (watch it to learn which). A cheap check before a watch, so a wait

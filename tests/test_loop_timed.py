@@ -194,3 +194,59 @@ def test_a_timed_wait_outlasting_a_blocked_loop_goes_back_to_the_core(dev, loop_
         assert api.notifier.pending == 0
 
     run(loop_flavor, "event", body)
+
+
+@pytest.mark.asyncio_only
+def test_the_core_arms_the_loops_clock_and_a_steady_stream_needs_about_one_check_per_wait(dev, loop_flavor):
+    # The core arms the dispatcher's timerfd itself (cudafd_set_clock) at each
+    # due and disarms it when the check ends the wait, so the loop makes no
+    # timer call of its own; and the core sends the check where it almost
+    # always finds the wait over (an early check costs the loop a wake).
+    s = dev.stream()
+
+    async def body(api):
+        await _settle(api, s)
+        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
+        assert d._clock is not None and api.notifier._clock_fd == d._clock.fileno()
+        checks = []
+        real_check = api.notifier._check
+        api.notifier._check = lambda token: checks.append(token) or real_check(token)
+        arms = []
+        real_arm = d._clock.arm_at
+        d._clock.arm_at = lambda at: arms.append(at) or real_arm(at)
+        try:
+            for _ in range(16):  # the core learns the stream's timing
+                s.launch(LONG)
+                await api.notifier.wait(s)
+            checks.clear()
+            waits = 48
+            for _ in range(waits):
+                s.launch(LONG)
+                await api.notifier.wait(s)
+        finally:
+            del api.notifier._check
+            del d._clock.arm_at
+        timed = len(set(checks))
+        assert timed >= waits // 2, (timed, waits)
+        assert len(checks) <= timed * 5 // 4, (len(checks), timed)  # the H200 made 1.3-1.4 per wait before
+        assert not arms  # the core did the arming
+
+    run(loop_flavor, "event", body)
+
+
+@pytest.mark.asyncio_only
+def test_the_clock_is_unset_in_the_core_before_its_fd_closes(dev, loop_flavor):
+    s = dev.stream()
+    seen = {}
+
+    async def body(api):
+        await _settle(api, s)
+        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
+        seen["dispatcher"] = d
+        seen["notifier"] = api.notifier
+        assert api.notifier._clock_fd == d._clock.fileno() >= 0
+
+    run(loop_flavor, "event", body)
+    n, d = seen["notifier"], seen["dispatcher"]  # closed by run(): the clock went with it
+    assert d._clock is None
+    assert n._clock_fd == -1 or n._released

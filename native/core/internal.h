@@ -164,6 +164,7 @@ struct cudafd_notifier {
     cudafd_completion *q;
     size_t qhead, qlen, qcap;
     uint64_t seq; /* completions pushed (and closes): readable without a lock */
+    int clock;    /* the caller's timerfd for waits it times (cudafd_set_clock), or -1; g.mu */
 };
 void cfd_notifier_push(struct cudafd_notifier *n, uint64_t token, int64_t status); /* g.mu held */
 
@@ -186,10 +187,17 @@ void cfd_pace_missed(cfd_lane *l, int64_t now); /* a paced query found it runnin
 void cfd_pace_found(cfd_lane *l, int64_t now, int64_t asked, bool first_round); /* found done */
 void cfd_pace_push(const cfd_lane *l, int64_t took); /* a wait of the lane's stream took this long */
 bool cfd_pace_known(const cfd_lane *l);              /* its stream has a history to predict from */
+int64_t cfd_pace_predict(const cfd_lane *l);         /* the predicted length of its next wait (0: unknown) */
+/* Plan a new head's queries from its stream's history: pred_end, and (every
+ * probe_every-th wait, or while waits shrink) a halfway probe (l->halfway,
+ * l->next_poll). False when there is no history. */
+bool cfd_pace_plan(cfd_lane *l, int64_t now, unsigned probe_every);
+bool cfd_pace_not_halfway(cfd_lane *l); /* a halfway probe found it running: true (and the stream is steady) */
+int64_t *cfd_pace_caller_due(const cfd_lane *l); /* timed.c's per-stream state (0: none yet) */
 /* Waits timed by their caller (timed.c), g.mu held: take a new lane if it
  * can be (its first query planned in l->next_poll); give one back to the
  * poller (or free it if empty); give back every one whose wait was detached. */
-bool cfd_caller_take(cfd_lane *l, int64_t now);
+bool cfd_caller_take(cfd_lane *l, int64_t now, int clock);
 int cfd_caller_release(cfd_lane *l);
 void cfd_caller_release_detached(void);
 /* The poller's look at them: those whose caller is long overdue go back to

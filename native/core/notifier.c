@@ -51,6 +51,7 @@ CFD_API int cudafd_notifier_create(int mechanism, cudafd_notifier **out)
         return cfd_fail(CUDAFD_E_SYS, "eventfd: %s", strerror(err));
     }
     n->mech = mechanism;
+    n->clock = -1;
     pthread_mutex_init(&n->mu, NULL);
     pthread_mutex_lock(&g.mu);
     g.nopen++;

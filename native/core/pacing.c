@@ -50,6 +50,7 @@ static struct {
     unsigned next;
     unsigned since_probe; /* waits since the last halfway probe */
     bool shrinking;       /* the last halfway probe found the wait over: probe again */
+    int64_t caller_due;   /* timed.c: when its caller asks, from the wait's start (0: not yet) */
 } pace_hist[PACE_SLOTS];
 
 static int pace_slot(const cfd_lane *l)
@@ -68,7 +69,7 @@ static int pace_slot(const cfd_lane *l)
  * stream's last waits (0: none known). The shortest, so that a stream whose
  * waits vary is queried early and then at growing intervals, rather than
  * as late as its longest wait took. */
-static int64_t pace_predict(const cfd_lane *l)
+int64_t cfd_pace_predict(const cfd_lane *l)
 {
     int i = pace_slot(l);
     int64_t known[PACE_KEEP];
@@ -85,7 +86,9 @@ static int64_t pace_predict(const cfd_lane *l)
     return n == 0 ? 0 : known[PACE_RANK < n ? PACE_RANK : n - 1];
 }
 
-bool cfd_pace_known(const cfd_lane *l) { return pace_predict(l) > 0; }
+bool cfd_pace_known(const cfd_lane *l) { return cfd_pace_predict(l) > 0; }
+
+int64_t *cfd_pace_caller_due(const cfd_lane *l) { return &pace_hist[pace_slot(l)].caller_due; }
 
 void cfd_pace_push(const cfd_lane *l, int64_t took)
 {
@@ -115,33 +118,43 @@ static bool pace_at_end(cfd_lane *l, int64_t now)
  * end is near) or at an eighth of the time waited, double after each miss, and
  * never exceed an eighth of the time waited (so a late notice costs at most
  * ~12% of the wait) nor CFD_HEALTH_NS (faults are looked for that often). */
+bool cfd_pace_plan(cfd_lane *l, int64_t now, unsigned probe_every)
+{
+    l->step = 0;
+    l->halfway = false;
+    l->predicted = false;
+    int64_t pace = cfd_pace_predict(l);
+    l->pred_end = pace > 0 ? l->since + pace : 0;
+    if (pace <= 0)
+        return false;
+    int i = pace_slot(l);
+    int64_t half = l->since + pace / 2;
+    if ((pace_hist[i].shrinking || ++pace_hist[i].since_probe >= probe_every) && half > now + PACE_MIN_NS &&
+        half <= now + CFD_HEALTH_NS) {
+        pace_hist[i].since_probe = 0;
+        l->halfway = true;
+        l->next_poll = half;
+    }
+    return true;
+}
+
+bool cfd_pace_not_halfway(cfd_lane *l)
+{
+    if (!l->halfway)
+        return false;
+    l->halfway = false;
+    pace_hist[pace_slot(l)].shrinking = false;
+    return true;
+}
+
 static void pace_next(cfd_lane *l, int64_t now, bool first)
 {
     int64_t waited = now - l->since;
     if (first) {
-        l->step = 0;
-        l->halfway = false;
-        int64_t pace = pace_predict(l);
-        l->pred_end = pace > 0 ? l->since + pace : 0;
-        if (pace > 0) {
-            int i = pace_slot(l);
-            int64_t half = l->since + pace / 2;
-            if ((pace_hist[i].shrinking || ++pace_hist[i].since_probe >= PACE_PROBE_EVERY) &&
-                half > now + PACE_MIN_NS && half <= now + CFD_HEALTH_NS) {
-                pace_hist[i].since_probe = 0;
-                l->halfway = true;
-                l->predicted = false;
-                l->next_poll = half;
-                return;
-            }
-        }
-        if (pace_at_end(l, now))
+        if (cfd_pace_plan(l, now, PACE_PROBE_EVERY) && (l->halfway || pace_at_end(l, now)))
             return;
-    } else if (l->halfway) { /* not over halfway: the prediction stands */
-        l->halfway = false;
-        pace_hist[pace_slot(l)].shrinking = false;
-        if (pace_at_end(l, now))
-            return;
+    } else if (cfd_pace_not_halfway(l) && pace_at_end(l, now)) { /* the prediction stands */
+        return;
     }
     int64_t step = l->step ? 2 * l->step : (l->pred_end ? PACE_MIN_NS : waited / 8);
     if (step > waited / 8)
@@ -167,7 +180,7 @@ void cfd_pace_found(cfd_lane *l, int64_t now, int64_t asked, bool first_round)
         took = asked - l->since;
     } else if (first_round && l->predicted) {
         int64_t pace = l->pred_end - l->since;
-        int64_t back = l->state == LANE_CALLER ? 0 : pace / PACE_STEP_BACK_DIV; /* timed.c: the caller came late */
+        int64_t back = pace / PACE_STEP_BACK_DIV;
         took = pace - (back > PACE_EARLY_NS ? back : PACE_EARLY_NS);
     } else if (first_round) {
         took -= l->step / 2;

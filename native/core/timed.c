@@ -28,27 +28,112 @@
  * the fd reports it: a wait is never stranded. The poller's timer covers
  * that (one wake a second at most, while callers time waits).
  */
+#include <errno.h>
+#include <string.h>
+#include <sys/timerfd.h>
+
 #include "internal.h"
 
-/* The caller's next query: pacing's plan, except that a query planned at a
- * predicted end goes CALLER_LATE_NS after it. The poller wakes early and
- * spins across the end; a caller that came early pays a whole second wake,
- * so it comes a little late instead. (Found there, the prediction steps back
- * only PACE_EARLY_NS, pacing.c, so it comes early again only every few
- * waits, and that query times the wait exactly.) */
+/* When the caller asks. A caller that comes before the end pays a whole
+ * second wake (~60 us of CPU on an H200 host, bench/cold_cost.py), one that
+ * comes late only the latency, so unlike the poller (which wakes early and
+ * spins across the end) the caller is sent where one query in about
+ * CALLER_EARLY_ONE_IN comes early: each stream keeps that point as a time
+ * from the wait's start (pacing.c's caller_due; at first its predicted
+ * length + CALLER_LATE_NS). A query that finds the wait over moves it 1/32
+ * of a step sooner, one that comes early moves it a step later (a step:
+ * 1/32 of it, at least CALLER_STEP_NS, or a quarter of how much later the
+ * wait was found if more); in balance, one query in ~33 comes early.
+ * (Before: asked 40 us past the shortest recent wait, stepping back 10 us
+ * per hit, it came early 1.3-1.4 times per wait on the H200:
+ * bench/results/2026-11-30-h200-loop-timed.) A stream whose waits shrank by
+ * more than half is learnt by pacing's halfway probes, every
+ * CALLER_PROBE_EVERY-th wait (each a wake of its own) and then every wait
+ * while the probes find it over. After an early query, the next ones come
+ * at growing intervals, as the poller's do. */
 #define CALLER_LATE_NS (40 * 1000)
+#define CALLER_STEP_NS (20 * 1000)
+#define CALLER_EARLY_ONE_IN 32
+#define CALLER_PROBE_EVERY 32
 #define CALLER_GRACE_NS (1000 * 1000 * 1000LL)
-static int64_t caller_due(const cfd_lane *l) { return l->predicted ? l->pred_end + CALLER_LATE_NS : l->next_poll; }
 
-bool cfd_caller_take(cfd_lane *l, int64_t now)
+static void caller_plan(cfd_lane *l, int64_t now)
+{
+    int64_t *due = cfd_pace_caller_due(l);
+    cfd_pace_plan(l, now, CALLER_PROBE_EVERY);
+    if (*due <= 0)
+        *due = l->pred_end - l->since + CALLER_LATE_NS;
+    if (l->halfway)
+        return;
+    l->predicted = true;
+    l->next_poll = l->since + *due;
+}
+
+static void caller_missed(cfd_lane *l, int64_t now)
+{
+    if (cfd_pace_not_halfway(l)) { /* the planned query stands */
+        l->predicted = true;
+        l->next_poll = l->since + *cfd_pace_caller_due(l);
+        if (l->next_poll >= now + CALLER_STEP_NS)
+            return;
+    }
+    int64_t waited = now - l->since;
+    int64_t step = l->step ? 2 * l->step : CALLER_STEP_NS;
+    if (step > waited / 8)
+        step = waited / 8;
+    l->step = step < CALLER_STEP_NS ? CALLER_STEP_NS : step > CFD_HEALTH_NS ? CFD_HEALTH_NS : step;
+    l->predicted = false;
+    l->next_poll = now + l->step;
+}
+
+/* Found over at `now` by a query asked at `asked`. */
+static void caller_found(cfd_lane *l, int64_t now, int64_t asked)
+{
+    int64_t *due = cfd_pace_caller_due(l);
+    int64_t step = *due / 32 > CALLER_STEP_NS ? *due / 32 : CALLER_STEP_NS;
+    if (l->halfway) { /* over by halfway: pacing learns a shorter wait */
+        cfd_pace_found(l, now, asked, true);
+        if (*due > asked - l->since + CALLER_LATE_NS)
+            *due = asked - l->since + CALLER_LATE_NS;
+        return;
+    }
+    int64_t took;
+    if (l->predicted) { /* on time: a little sooner next time */
+        *due -= step / CALLER_EARLY_ONE_IN;
+        if (*due < CALLER_STEP_NS)
+            *due = CALLER_STEP_NS;
+        took = asked - l->since - CALLER_LATE_NS;
+    } else { /* the first query came early: later next time */
+        took = now - l->since - l->step / 2;
+        int64_t gap = (took + CALLER_LATE_NS - *due) / 4;
+        *due += gap > step ? gap : step;
+    }
+    l->halfway = false;
+    cfd_pace_push(l, took);
+}
+
+/* Arm the caller's timerfd for `at` (CLOCK_MONOTONIC ns), or disarm it
+ * (at <= 0), which also clears its readiness. */
+static bool clock_arm(int fd, int64_t at)
+{
+    struct itimerspec t = {0};
+    if (at > 0) {
+        t.it_value.tv_sec = at / 1000000000;
+        t.it_value.tv_nsec = at % 1000000000;
+    }
+    return timerfd_settime(fd, at > 0 ? TFD_TIMER_ABSTIME : 0, &t, NULL) == 0;
+}
+
+bool cfd_caller_take(cfd_lane *l, int64_t now, int clock)
 {
     if (l->mech != CUDAFD_MECH_EVENT || !cfd_pace_known(l))
         return false;
+    caller_plan(l, now);
+    if (clock >= 0 && !clock_arm(clock, l->next_poll))
+        return false; /* the poller times it: the wait is never left without a timer */
     l->state = LANE_CALLER;
     l->hand_back = false;
     cfd_list_add(&g.caller_list, l);
-    cfd_pace_first(l, now);
-    l->next_poll = caller_due(l);
     cfd_poller_due_by(l->next_poll + CALLER_GRACE_NS);
     cfd_count(ST_DIRECT, 1);
     return true;
@@ -132,6 +217,8 @@ CFD_API int cudafd_check(cudafd_notifier *n, uint64_t token, int64_t *status, in
     cfd_lane *l = w->lane;
     if (l->state != LANE_CALLER || l->head != w || !w->n) { /* the core reports it (or it was cancelled) */
         rc = cfd_caller_release(l);
+        if (n->clock >= 0)
+            clock_arm(n->clock, 0);
         pthread_mutex_unlock(&g.mu);
         return rc;
     }
@@ -160,7 +247,7 @@ CFD_API int cudafd_check(cudafd_notifier *n, uint64_t token, int64_t *status, in
     int64_t now = cfd_now_ns();
     if (r != CUDA_ERROR_NOT_READY) {
         if (r == CUDA_SUCCESS)
-            cfd_pace_found(l, now, asked, true);
+            caller_found(l, now, asked);
         if (w->n == n) {
             complete_quietly(l, r);
             *status = r;
@@ -169,14 +256,29 @@ CFD_API int cudafd_check(cudafd_notifier *n, uint64_t token, int64_t *status, in
             cfd_lane_pop(l, r); /* detached meanwhile: reported by the fd (a fault), or cancelled */
         }
     } else if (w->n == n && !l->hand_back) {
-        cfd_pace_missed(l, now);
-        *due_ns = l->next_poll = caller_due(l);
+        caller_missed(l, now);
+        *due_ns = l->next_poll;
     }
     l->polling = false; /* only now: a fault swept by that pop may have asked for the lane back */
+    if (n->clock >= 0 && !clock_arm(n->clock, *due_ns) && *due_ns > 0)
+        *due_ns = -1; /* it could not be armed: the poller takes the wait */
     if (*due_ns <= 0)
         l->hand_back = true; /* done with it: the lane goes to the poller, or is freed if empty */
     if (l->hand_back)
         rc = cfd_caller_release(l);
     pthread_mutex_unlock(&g.mu);
     return rc;
+}
+
+CFD_API int cudafd_set_clock(cudafd_notifier *n, int timerfd)
+{
+    if (!n)
+        return cfd_fail(CUDAFD_E_INVALID, "notifier is NULL");
+    struct itimerspec t;
+    if (timerfd >= 0 && timerfd_gettime(timerfd, &t) != 0)
+        return cfd_fail(CUDAFD_E_INVALID, "fd %d is not a timerfd: %s", timerfd, strerror(errno));
+    pthread_mutex_lock(&g.mu);
+    n->clock = timerfd < 0 ? -1 : timerfd;
+    pthread_mutex_unlock(&g.mu);
+    return CUDAFD_OK;
 }

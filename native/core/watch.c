@@ -111,7 +111,7 @@ static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t t
         l->tail = w;
         if (was_empty)
             l->since = w->t0;
-        if (was_empty && !l->state && due && cfd_caller_take(l, w->t0)) {
+        if (was_empty && !l->state && due && cfd_caller_take(l, w->t0, n->clock)) {
             *due = l->next_poll; /* the caller times it (timed.c) */
         } else if (was_empty && !l->state && (rc = cfd_lane_activate(l)) != CUDAFD_OK) {
             l->head = l->tail = NULL;

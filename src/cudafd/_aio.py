@@ -255,7 +255,7 @@ class Dispatcher:
                 if window <= 0:  # the whole window went by ahead of the watch: a miss
                     self._window_missed()
         due = 0
-        if lone and window <= 0 and not self._futures and not self._inline and not self._polling:
+        if lone and window <= 0 and not self._futures and not self._inline and self._clock_ready(loop):
             token, due = self._notifier._watch_timed(t)  # a long wait: the loop may time it
         else:
             token = self._watch(t, False)
@@ -268,7 +268,7 @@ class Dispatcher:
             if not self._armed:
                 self._arm(loop)
             if due > 0:
-                self._time(loop, token, due)
+                self._timed = token  # the core armed the clock for it
         except BaseException:
             del futures[token]
             self._cancel(token)
@@ -409,37 +409,49 @@ class Dispatcher:
 
     # ---- waits the loop times ----
 
-    def _time(self, loop: asyncio.AbstractEventLoop, token: int, due: int) -> None:
-        """Have _on_clock ask after ``token`` at ``due`` (time.monotonic_ns())."""
+    def _clock_ready(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Make sure the clock exists, is watched by ``loop`` and is the one the
+        core arms (cudafd_set_clock): then a wait can be timed by the loop.
+        False where it cannot (no timerfd here, a polling Notifier)."""
         clock = self._clock
-        if clock is None:
-            clock = self._clock = OneShot()
-            self._clock_close = weakref.finalize(self, clock.close)
-        if self._clock_loop is not loop:
-            loop.add_reader(clock.fileno(), self._on_clock)
-            self._clock_loop = loop
-        self._timed = token
-        clock.arm_at(due)
+        if clock is not None and self._clock_loop is loop and self._notifier._clock_fd == clock.fileno():
+            return True
+        if self._polling:
+            return False
+        try:
+            if clock is None:
+                clock = OneShot()
+                self._clock_close = weakref.finalize(self, _close_clock, self._notifier, clock)
+                self._clock = clock
+            if self._clock_loop is not loop:
+                loop.add_reader(clock.fileno(), self._on_clock)
+                self._clock_loop = loop
+            return self._notifier._clock_fd == clock.fileno() or self._notifier._set_clock(clock.fileno())
+        except OSError:
+            return False
 
     def _on_clock(self) -> None:
+        """The clock fired: ask the core after the timed wait. The core re-arms
+        the clock (still running) or disarms it (over, or the fd reports it)."""
         clock = self._clock
         if clock is None:
             return
-        clock.clear()
         token = self._timed
         fut = self._futures.get(token) if token else None
         if fut is None or fut.done():
             self._timed = 0
+            clock.disarm()
             return
         try:
             due, exc = self._notifier._check(token)
         except Exception as err:  # the native core failed: this wait fails rather than hangs
             due, exc = 0, err
+            clock.disarm()
         if due > 0:
-            clock.arm_at(due)
             return
         self._timed = 0
         if due < 0:
+            clock.disarm()  # (the core did, unless it no longer knew the token)
             return  # the core reports it through the fd
         del self._futures[token]
         if exc is None:
@@ -588,6 +600,13 @@ class Dispatcher:
         self._delay = POLL_MIN if results else min(self._delay * 2, POLL_MAX)
         if self._loop is not None:
             self._timer = self._loop.call_later(self._delay, self._on_timer)
+
+
+def _close_clock(notifier: Notifier, clock: OneShot) -> None:
+    """A Dispatcher's clock goes: the core must stop arming it first (its fd number may be reused)."""
+    if notifier._clock_fd == clock.fileno():
+        notifier._set_clock(-1)
+    clock.close()
 
 
 # ---- dispatcher lookup ------------------------------------------------------

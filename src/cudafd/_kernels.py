@@ -17,10 +17,11 @@ import ctypes
 from pathlib import Path
 import threading
 from ctypes import byref, c_uint32, c_uint64, c_void_p
+from typing import Callable
 
 from . import _driver
 
-__all__ = ["PTX", "launch_spin", "forget"]
+__all__ = ["PTX", "launch_spin", "launcher", "forget"]
 
 PTX = (Path(__file__).parent / "cudafd_spin.ptx").read_text()  # the one copy of the kernel
 
@@ -72,6 +73,42 @@ def launch_spin(stream_handle: int, seconds: float, fault: bool = False) -> None
             drv.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, stream_handle, params, None),  # type: ignore[attr-defined]
             "cuLaunchKernel",
         )
+
+
+def launcher(stream_handle: int) -> Callable[..., None]:
+    """``launch_spin`` on one stream, prepared: a callable ``(seconds, fault=False)``.
+
+    The function, the parameter block and the stream's context are looked up
+    once, so a launch is one context check and one cuLaunchKernel (the
+    context is pushed only when another is current). For loops that launch
+    on the same stream many times, such as the benchmarks (whose CPU figures
+    would otherwise be mostly launch_spin's own setup; bench/cold_cost.py).
+    Valid while the stream lives.
+    """
+    drv = _driver.get()
+    drv.init()
+    ctx = drv.stream_ctx(stream_handle)
+    fn = _function(drv, ctx)
+    ns = c_uint64(0)
+    flt = c_uint32(0)
+    params = (c_void_p * 2)(ctypes.addressof(ns), ctypes.addressof(flt))
+    cur = c_void_p()
+    cur_ref = byref(cur)
+    get_current = drv.cuCtxGetCurrent  # type: ignore[attr-defined]
+    launch = drv.cuLaunchKernel  # type: ignore[attr-defined]
+
+    def launch_prepared(seconds: float, fault: bool = False) -> None:
+        ns.value = int(seconds * 1e9) if seconds > 0 else 0
+        flt.value = 1 if fault else 0  # (and the closure keeps flt alive: params holds only its address)
+        if get_current(cur_ref) == 0 and cur.value == ctx:
+            rc = launch(fn, 1, 1, 1, 1, 1, 1, 0, stream_handle, params, None)
+        else:
+            with drv.pushed(ctx):
+                rc = launch(fn, 1, 1, 1, 1, 1, 1, 0, stream_handle, params, None)
+        if rc:
+            _driver.check(rc, "cuLaunchKernel")
+
+    return launch_prepared
 
 
 def forget(ctx: int) -> None:

@@ -87,6 +87,13 @@ class NativeBackend:
             _lib.raise_for(self._lib, rc, "checking a wait")
         return self._status.value, self._due.value
 
+    def set_clock(self, fd: int) -> None:
+        """Have the core arm timerfd ``fd`` at each due it hands out, and disarm it
+        when a check ends the wait (cudafd_set_clock); -1 stops it."""
+        rc = self._lib.cudafd_set_clock(self._ptr, fd)
+        if rc:
+            _lib.raise_for(self._lib, rc, "setting the clock")
+
     def watch_event(self, handle: int, ctx: int) -> int:
         if ctx:
             from . import _driver

@@ -129,6 +129,7 @@ class Notifier:
         self._closed_batch: list[tuple[int, BaseException | None]] = []
         self._fd_holds = 0
         self._close_hooks: list[Callable[[], None]] = []
+        self._clock_fd = -1  # the timerfd the core arms for timed waits (_set_clock)
         self._released = False
         self._closed = False
 
@@ -206,6 +207,18 @@ class Notifier:
                 return due, None
             del self._pending[token]
             return 0, _wait_error(status)
+
+    def _set_clock(self, fd: int) -> bool:
+        """Have the core arm timerfd ``fd`` for the waits _watch_timed hands
+        out, and disarm it when _check ends one (-1: stop). False where it
+        cannot (another backend, or released): the caller arms its own."""
+        with self._lock:
+            set_clock = getattr(self._backend, "set_clock", None)
+            if set_clock is None or self._released:
+                return False
+            set_clock(fd)
+            self._clock_fd = fd
+            return True
 
     def _done_now(self, t: Target) -> bool:
         """True when ``t`` (stream or event) has finished without error by now: one driver

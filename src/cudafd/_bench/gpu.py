@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ctypes
 from ctypes import POINTER, byref, c_char_p, c_float, c_int, c_uint, c_uint64, c_void_p
-from typing import Any
+from typing import Any, Callable
 
 from .. import _driver, _kernels
 from .._cli._device import Setup, choose
@@ -71,6 +71,7 @@ class Gpu:
         self._extra = _bind_extra(drv.path)
         self._events: list[int] = []
         self._warm: set[int] = set()
+        self._launchers: dict[int, Callable[..., None]] = {}
 
     # ---- streams, events, kernels ----
 
@@ -92,7 +93,15 @@ class Gpu:
 
     def launch(self, stream: int, seconds: float) -> None:
         """Enqueue cudafd_spin for ``seconds`` on ``stream``."""
-        _kernels.launch_spin(stream, seconds)
+        self.launcher(stream)(seconds)
+
+    def launcher(self, stream: int) -> Callable[..., None]:
+        """The prepared launch of cudafd_spin on ``stream`` (_kernels.launcher): every
+        method launches this way, so the figures are the waiting's, not launch_spin's setup."""
+        fn = self._launchers.get(stream)
+        if fn is None:
+            fn = self._launchers[stream] = _kernels.launcher(stream)
+        return fn
 
     def record(self, event: int, stream: int) -> None:
         _driver.check(self.drv.cuEventRecord(event, stream), "cuEventRecord")  # type: ignore[attr-defined]
@@ -143,4 +152,5 @@ class Gpu:
             for ev in self._events:
                 drv.cuEventDestroy(ev)  # type: ignore[attr-defined]
         self._events.clear()
+        self._launchers.clear()
         self.setup.close()

@@ -40,7 +40,6 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from .. import _kernels
 from .._errors import CudaError
 from .._notifier import MECHANISMS, Notifier
 from .gpu import EV_BLOCKING, EV_SPIN, NOT_READY, Gpu
@@ -103,14 +102,14 @@ def make(key: str, kit: Kit, stream: int) -> Method:
     """The coroutine function of method ``key`` on ``stream`` (raises if it cannot be set up here)."""
     gpu = kit.gpu
     drv = gpu.drv
-    launch = _kernels.launch_spin
+    launch = gpu.launcher(stream)
     record, query, sync = drv.cuEventRecord, drv.cuEventQuery, drv.cuEventSynchronize  # type: ignore[attr-defined]
 
     if key == "floor":
         ev = gpu.event(EV_SPIN)
 
         async def floor(seconds: float) -> None:
-            launch(stream, seconds)
+            launch(seconds)
             if rc := record(ev, stream) or sync(ev):
                 _fail(rc, "floor")
 
@@ -120,7 +119,7 @@ def make(key: str, kit: Kit, stream: int) -> Method:
         ev = gpu.event(EV_BLOCKING if key == "executor_blocking" else EV_SPIN)
 
         async def executor(seconds: float) -> None:
-            launch(stream, seconds)
+            launch(seconds)
             if rc := record(ev, stream):
                 _fail(rc, "cuEventRecord")
             if rc := await asyncio.get_running_loop().run_in_executor(None, sync, ev):
@@ -134,7 +133,7 @@ def make(key: str, kit: Kit, stream: int) -> Method:
         sleep = asyncio.sleep
 
         async def polling(seconds: float) -> None:
-            launch(stream, seconds)
+            launch(seconds)
             if rc := record(ev, stream):
                 _fail(rc, "cuEventRecord")
             while (rc := query(ev)) == NOT_READY:
@@ -148,7 +147,7 @@ def make(key: str, kit: Kit, stream: int) -> Method:
         ev = gpu.event(EV_SPIN)
 
         async def asleep(seconds: float) -> None:
-            launch(stream, seconds)
+            launch(seconds)
             if rc := record(ev, stream):
                 _fail(rc, "cuEventRecord")
             time.sleep(seconds)
@@ -182,7 +181,7 @@ def make(key: str, kit: Kit, stream: int) -> Method:
             if not reading:
                 loop.add_reader(timer.fileno(), fired)
                 reading.append(loop)
-            launch(stream, seconds)
+            launch(seconds)
             if rc := record(ev, stream):
                 _fail(rc, "cuEventRecord")
             fut = loop.create_future()
@@ -198,7 +197,7 @@ def make(key: str, kit: Kit, stream: int) -> Method:
         sleep = asyncio.sleep
 
         async def launch_and_yield(seconds: float) -> None:
-            launch(stream, seconds)
+            launch(seconds)
             await sleep(0)
 
         return launch_and_yield
@@ -211,7 +210,7 @@ def make(key: str, kit: Kit, stream: int) -> Method:
             raise RuntimeError("this numba has no Stream.async_done()")
 
         async def numba_done(seconds: float) -> None:
-            launch(stream, seconds)
+            launch(seconds)
             await nstream.async_done()
 
         return numba_done
@@ -220,7 +219,7 @@ def make(key: str, kit: Kit, stream: int) -> Method:
         wait = kit.notifier(key[len("cudafd_") :]).wait
 
         async def via_cudafd(seconds: float) -> None:
-            launch(stream, seconds)
+            launch(seconds)
             await wait(stream)
 
         return via_cudafd

@@ -1,0 +1,41 @@
+/*
+ * stress.h - what the stress test's files share (stress.c, stress_timed.c):
+ * the check counter, the simulator's entry points and a few helpers.
+ */
+#ifndef CUDAFD_STRESS_H
+#define CUDAFD_STRESS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../../include/cudafd.h"
+#include "../sim/cudafd_sim.h"
+
+extern int passed, failed;
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            passed++;                                                                              \
+        } else {                                                                                   \
+            failed++;                                                                              \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                       \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, " [%s]\n", cudafd_last_error());                                      \
+        }                                                                                          \
+    } while (0)
+
+/* simulator entry points, resolved from the same library the core loads */
+extern CUresult (*sim_ctx_create)(CUdevice, CUcontext *);
+extern CUresult (*sim_ctx_destroy)(CUcontext);
+extern CUresult (*sim_launch)(CUstream, uint64_t, CUresult);
+extern CUresult (*sim_stream_destroy)(CUstream);
+
+CUstream new_stream(CUcontext ctx); /* a non-blocking stream of ctx */
+double now_s(void);                 /* CLOCK_MONOTONIC seconds */
+/* Wait on the fd and drain until `want` completions arrived or timeout. */
+int collect(cudafd_notifier *n, cudafd_completion *got, int want, double timeout);
+
+void test_timed_all(CUcontext ctx); /* stress_timed.c: waits timed by their caller */
+
+#endif
