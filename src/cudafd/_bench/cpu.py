@@ -1,14 +1,18 @@
 """CPU while awaiting: process CPU seconds (every thread) per wall second, kernels back to back.
 
 Params: ``loop``, ``kernel_s`` (2 ms), ``seconds`` (measured window per
-method), ``settle_s`` (the method runs unmeasured first, so threads another
-method left spinning have gone quiet and adaptive spin windows have settled),
-``methods``, ``soft_s``. One window per method, one stream. ``cores`` is
-the figure: 1.0 is a whole core busy while the program only waits.
+method and round), ``settle_s`` (the method runs unmeasured first, so threads
+another method left spinning have gone quiet and adaptive spin windows have
+settled), ``rounds`` (the methods take turns, one window each per round, so
+a slow spell of the machine falls on all of them), ``methods``, ``soft_s``.
+One stream. ``cores`` is the figure, the median over the rounds (each
+round's in ``rounds_cores``): 1.0 is a whole core busy while the program
+only waits.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 
 from .child import Progress, new_loop
@@ -43,15 +47,33 @@ async def _one(fn, p: dict) -> dict:
 
 async def _measure(fns: dict, p: dict, state: dict, progress: Progress) -> None:
     deadline = time.monotonic() + float(p["soft_s"])
-    for key, fn in fns.items():
-        if time.monotonic() > deadline:
-            state["truncated"] = True
-            break
-        try:
-            state["methods"][key] = {"label": LABELS[key], **await _one(fn, p)}
-        except Exception as exc:
-            state["errors"][key] = f"{type(exc).__name__}: {exc}"
-        progress.tick(f"{LABELS[key]} done")
+    rounds = int(p.get("rounds", 1))
+    got: dict[str, list[dict]] = {key: [] for key in fns}
+    for r in range(rounds):
+        for key, fn in fns.items():
+            if key in state["errors"]:
+                continue
+            if time.monotonic() > deadline:
+                state["truncated"] = True
+                break
+            try:
+                got[key].append(await _one(fn, p))
+            except Exception as exc:
+                state["errors"][key] = f"{type(exc).__name__}: {exc}"
+            progress.tick(f"{LABELS[key]} round {r + 1} of {rounds}")
+        for key, runs in got.items():
+            if runs:
+                state["methods"][key] = {"label": LABELS[key], **_median(runs)}
+
+
+def _median(runs: list[dict]) -> dict:
+    """The rounds of one method: the median of each figure, the awaits summed, every round's cores."""
+    out = {k: round(statistics.median(r[k] for r in runs), 4) for k in ("cores", "per_await_us", "overhead_us")}
+    out["awaits"] = sum(r["awaits"] for r in runs)
+    out["wall_s"] = round(sum(r["wall_s"] for r in runs), 3)
+    out["cpu_s"] = round(sum(r["cpu_s"] for r in runs), 4)
+    out["rounds_cores"] = [r["cores"] for r in runs]
+    return out
 
 
 def run(p: dict, progress: Progress) -> dict:
@@ -60,7 +82,9 @@ def run(p: dict, progress: Progress) -> dict:
     state: dict = {"methods": {}, "errors": {}, "truncated": False}
 
     def result() -> dict:
-        return {"loop": p["loop"], "kernel_s": p["kernel_s"], "seconds": p["seconds"], **state}
+        return {
+            "loop": p["loop"], "kernel_s": p["kernel_s"], "seconds": p["seconds"], "rounds": p.get("rounds", 1), **state
+        }
 
     progress.partial = result
     loop = new_loop(p["loop"])

@@ -22,7 +22,7 @@ FULL: dict[str, Any] = {
     "budget_s": 220,  # the whole suite (the limit is 240 s)
     "latency": {"rounds": 4000, "block": 100, "warmup": 50, "soft_s": 30, "hard_s": 45},
     "numba_probe": {"rounds": 200, "await_timeout_s": 2.0, "hard_s": 25},
-    "cpu": {"kernel_s": 2e-3, "seconds": 1.5, "settle_s": 0.3, "soft_s": 30, "hard_s": 45},
+    "cpu": {"kernel_s": 2e-3, "seconds": 0.6, "settle_s": 0.2, "rounds": 3, "soft_s": 34, "hard_s": 50},
     "bubble": {
         "kernels": 2000,
         "kernel_s": 5e-6,
@@ -44,7 +44,7 @@ QUICK: dict[str, Any] = {
     "budget_s": 90,
     "latency": {"rounds": 300, "block": 50, "warmup": 10, "soft_s": 4, "hard_s": 15},
     "numba_probe": {"rounds": 20, "await_timeout_s": 2.0, "hard_s": 15},
-    "cpu": {"kernel_s": 2e-3, "seconds": 0.15, "settle_s": 0.05, "soft_s": 4, "hard_s": 15},
+    "cpu": {"kernel_s": 2e-3, "seconds": 0.15, "settle_s": 0.05, "rounds": 1, "soft_s": 4, "hard_s": 15},
     "bubble": {
         "kernels": 400,
         "kernel_s": 5e-6,
