@@ -214,23 +214,33 @@ def test_asyncio_wait_outlasting_the_ahead_spin_is_watched(dev, loop_flavor, mec
 
 @pytest.mark.asyncio_only
 def test_asyncio_wait_spinning_ahead_is_not_lone_for_others(dev, loop_flavor, mechanism, long_windows):
-    # A second wait meanwhile must not take the lone path too: waits on one
-    # stream resume in the order they began only through futures.
+    # A second wait on the stream meanwhile must not take the lone path too,
+    # nor watch while the first has not: its record would come first, and it
+    # would resume first. It waits its turn behind the first, and both
+    # resume in the order they began.
     s = dev.stream()
 
     async def body(api):
         calls = _scripted(api.notifier, [False] * 10**6)
         s.launch(0.05)
-        first = asyncio.ensure_future(api.notifier.wait(s))
+        order = []
+
+        async def waiter(name):
+            await api.notifier.wait(s)
+            order.append(name)
+
+        first = asyncio.ensure_future(waiter("first"))
         await asyncio.sleep(0)  # first is spinning ahead now
         assert calls["watch"] == 0
-        second = asyncio.ensure_future(api.notifier.wait(s))
-        await asyncio.sleep(0)
-        assert calls["watch"] == 1 and not first.done()  # second watched at once, as a non-lone wait
+        second = asyncio.ensure_future(waiter("second"))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert calls["watch"] == 0 and not first.done() and not second.done()  # second waits behind first
         calls["over"] = True  # now the driver says "over"
         await first
         await second
-        assert calls["watch"] == 1 and api.notifier.pending == 0
+        assert order == ["first", "second"]
+        assert calls["watch"] == 0 and api.notifier.pending == 0
 
     run(loop_flavor, mechanism, body)
 

@@ -97,6 +97,7 @@ from collections.abc import Callable
 from ._errors import CudafdError
 from ._notifier import Notifier
 from ._targets import Target, resolve
+from ._aio_line import LINES_KEEP, Busy, Line, ahead_unwatched
 from ._timerfd import OneShot
 
 __all__ = [
@@ -129,6 +130,7 @@ _NO_READER = (
 
 _now = time.perf_counter
 _PENDING = object()
+_WATCHED = [False]  # the place of a wait that keeps none (not on a stream)
 
 
 def _add_reader(loop: asyncio.AbstractEventLoop, notifier: Notifier, callback: Callable[[], object]) -> int:
@@ -194,6 +196,9 @@ class Dispatcher:
         "_clock_loop",
         "_clock_close",
         "_timed",
+        "_lines",
+        "_joined",
+        "_busy_path",
         "__weakref__",
     )
 
@@ -225,6 +230,9 @@ class Dispatcher:
         self._clock_loop: asyncio.AbstractEventLoop | None = None  # where it is registered
         self._clock_close: weakref.finalize | None = None
         self._timed = 0  # the token the clock is armed for (0: none)
+        self._lines: dict[int, Line] = {}  # stream handle -> its pending waits, in order (_aio_line)
+        self._joined = 0  # waits in self._lines
+        self._busy_path = Busy()  # whether a wait that is not lone yields once before its watch
         notifier._add_close_hook(self._notifier_closed)
 
     async def wait(self, loop: asyncio.AbstractEventLoop, target: object) -> None:
@@ -234,7 +242,7 @@ class Dispatcher:
             self._claim()  # before any drain, the fast path included: refusal must not depend on timing
         t = resolve(target)
         window = 0.0
-        lone = not self._futures and not self._inline
+        lone = not self._futures and not self._inline and not self._joined
         if lone:  # a lone wait: resume order is not at stake
             done = self._notifier._done_now(t)  # work already over: no event, no yield
             if not done:
@@ -247,6 +255,16 @@ class Dispatcher:
                     await asyncio.sleep(0)
                 return
             self._quick = 0
+        line = None
+        me = _WATCHED
+        if t.kind == "stream":  # from its first suspension on, it keeps its place (_aio_line)
+            line = self._lines.get(t.handle)
+            if line is None:
+                line = self._lines[t.handle] = Line()
+            me = [True]
+            line.waits.append(me)
+            self._joined += 1
+        try:
             if window:
                 spent = await self._spin_ahead(t, min(window, AHEAD_MAX))
                 if spent < 0:
@@ -254,38 +272,73 @@ class Dispatcher:
                 window -= spent
                 if window <= 0:  # the whole window went by ahead of the watch: a miss
                     self._window_missed()
-        due = 0
-        if lone and window <= 0 and not self._futures and not self._inline and self._clock_ready(loop):
-            token, due = self._notifier._watch_timed(t)  # a long wait: the loop may time it
-        else:
-            token = self._watch(t, False)
-        if window > 0 and await self._wait_inline(token, t, window):
-            return
-        fut = loop.create_future()
-        futures = self._futures
-        futures[token] = fut
-        try:
-            if not self._armed:
-                self._arm(loop)
-            if due > 0:
-                self._timed = token  # the core armed the clock for it
-        except BaseException:
-            del futures[token]
-            self._cancel(token)
-            if not futures:
-                self._disarm_later()
-            raise
-        try:
-            await fut
-        finally:
-            if self._timed == token:
-                self._timed = 0
-                self._clock.disarm()  # type: ignore[union-attr]
-            if token in futures:  # not reported: cancelled, or the coroutine was closed
+            elif not lone and line is not None:
+                head = line.waits[0] is me
+                if ahead_unwatched(line, me) or (head and self._busy_path.pays()):
+                    if await self._after_a_yield(t, line, me):  # over: no watch at all
+                        if head:
+                            self._busy_path.hit()
+                        return
+                    if head:
+                        self._busy_path.miss()
+            due = 0
+            if (
+                lone
+                and window <= 0
+                and not self._futures
+                and not self._inline
+                and self._joined == (line is not None)
+                and self._clock_ready(loop)
+            ):
+                token, due = self._notifier._watch_timed(t)  # a long wait: the loop may time it
+            else:
+                token = self._watch(t, False)
+            me[0] = False  # its record is in: later waits on the stream may watch
+            if window > 0 and await self._wait_inline(token, t, window):
+                return
+            fut = loop.create_future()
+            futures = self._futures
+            futures[token] = fut
+            try:
+                if not self._armed:
+                    self._arm(loop)
+                if due > 0:
+                    self._timed = token  # the core armed the clock for it
+            except BaseException:
                 del futures[token]
                 self._cancel(token)
                 if not futures:
                     self._disarm_later()
+                raise
+            try:
+                await fut
+            finally:
+                if self._timed == token:
+                    self._timed = 0
+                    self._clock.disarm()  # type: ignore[union-attr]
+                if token in futures:  # not reported: cancelled, or the coroutine was closed
+                    del futures[token]
+                    self._cancel(token)
+                    if not futures:
+                        self._disarm_later()
+        finally:
+            if line is not None:
+                self._joined -= 1
+                waits = line.waits
+                if waits[0] is me:
+                    waits.popleft()
+                else:
+                    waits.remove(me)
+                if not waits and len(self._lines) > LINES_KEEP:
+                    self._lines.pop(t.handle, None)
+
+    async def _after_a_yield(self, t: Target, line: Line, me: list[bool]) -> bool:
+        """Yield once, and on until no earlier wait on the stream is still to
+        watch; True if ``t`` is over by then and no earlier wait is pending."""
+        await asyncio.sleep(0)
+        while ahead_unwatched(line, me):
+            await asyncio.sleep(0)
+        return line.waits[0] is me and self._notifier._done_now(t)
 
     # ---- inline spin for short waits ----
 
@@ -493,8 +546,8 @@ class Dispatcher:
         state["_aio_owner"] = self
 
     def _busy(self) -> bool:
-        """Waits pending here (parked or spinning inline)."""
-        return bool(self._futures or self._inline)
+        """Waits pending here (parked, spinning inline, or yielding before a watch)."""
+        return bool(self._futures or self._inline or self._joined)
 
     def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._polling:

@@ -1,0 +1,84 @@
+"""The asyncio adapter's per-stream order, and its path for busy loops.
+
+Busy loops: when many tasks each launch work and await it (64 streams each
+looping over a 100 µs kernel), the loop thread is the bottleneck, and a
+watch (an event record, the core's lock, a future, a drain, and a poller
+thread spinning on a second core) costs more than the work it waits for.
+A polling loop (``while not query(): await sleep(0)``) beat cudafd there:
+49,000 awaits/s on one core against 43,700 on 1.9 (H200, asyncio,
+bench/throughput_probe.py). So a wait that is not lone first yields once:
+the other tasks run, and by then its work is usually over; one driver query
+(cuStreamQuery, no event) says so, and it returns without a watch. Only a
+wait still running then is watched. Measured the same way, that one yield
+and query per await gave 58,900 awaits/s on one core.
+
+Whether that pays is learnt (Busy): each wait that tries it counts a hit
+(over after the yield) or a miss (watched after all: the yield and query
+were spent for nothing); after more misses than hits in a row it is turned
+off, and tried again every BUSY_PROBE_EVERY waits. A loop whose tasks await
+long work (2 ms) therefore pays one yield and one query per
+BUSY_PROBE_EVERY waits.
+
+Order: waits on one stream resume in the order they were started. A wait
+that returns without a watch may therefore do so only while no earlier
+wait on its stream is pending (Line: the stream's pending waits, oldest
+first), and a wait must not watch while an earlier one on its stream has
+not watched yet (it is yielding, or spinning ahead of its watch), or its
+record would come first and its wait resume first: it yields until they
+have. Waits on events are independent of each other and take no part.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+__all__ = ["BUSY_PROBE_EVERY", "LINES_KEEP", "Busy", "Line", "ahead_unwatched"]
+
+BUSY_CREDIT_MAX = 8  # hits banked against later misses
+BUSY_PROBE_EVERY = 64  # waits between tries while the busy path is off
+LINES_KEEP = 256  # empty lines kept (one per stream seen) before they are dropped
+
+
+class Line:
+    """The waits pending on one stream, oldest first: each a one-item list,
+    ``[True]`` while that wait has not watched yet."""
+
+    __slots__ = ("waits",)
+
+    def __init__(self) -> None:
+        self.waits: deque[list[bool]] = deque()
+
+
+def ahead_unwatched(line: Line, me: list[bool]) -> bool:
+    """True while a wait started before ``me`` on its stream has not watched yet."""
+    for w in line.waits:
+        if w is me:
+            return False
+        if w[0]:
+            return True
+    return False
+
+
+class Busy:
+    """Whether a wait on a busy loop pays for one yield before its watch."""
+
+    __slots__ = ("credit", "since_probe")
+
+    def __init__(self) -> None:
+        self.credit = 0  # on while >= 0
+        self.since_probe = 0
+
+    def pays(self) -> bool:
+        if self.credit >= 0:
+            return True
+        self.since_probe += 1
+        if self.since_probe < BUSY_PROBE_EVERY:
+            return False
+        self.since_probe = 0
+        return True
+
+    def hit(self) -> None:
+        self.credit = min(max(self.credit, 0) + 1, BUSY_CREDIT_MAX)
+
+    def miss(self) -> None:
+        self.credit = self.credit - 1 if self.credit >= 0 else -1
