@@ -97,7 +97,7 @@ from collections.abc import Callable
 from ._errors import CudafdError
 from ._notifier import Notifier
 from ._targets import Target, resolve
-from ._aio_line import LINES_KEEP, Busy, Line, ahead_unwatched
+from ._aio_line import BUSY_CREDIT_MAX, BUSY_PROBE_EVERY, LINES_KEEP, Line, ahead_unwatched
 from ._timerfd import OneShot
 
 __all__ = [
@@ -198,7 +198,8 @@ class Dispatcher:
         "_timed",
         "_lines",
         "_joined",
-        "_busy_path",
+        "_busy_credit",
+        "_busy_since",
         "__weakref__",
     )
 
@@ -232,7 +233,8 @@ class Dispatcher:
         self._timed = 0  # the token the clock is armed for (0: none)
         self._lines: dict[int, Line] = {}  # stream handle -> its pending waits, in order (_aio_line)
         self._joined = 0  # waits in self._lines
-        self._busy_path = Busy()  # whether a wait that is not lone yields once before its watch
+        self._busy_credit = 0  # a wait that is not lone yields once before its watch while >= 0 (_aio_line)
+        self._busy_since = 0  # waits since the busy path was last tried while off
         notifier._add_close_hook(self._notifier_closed)
 
     async def wait(self, loop: asyncio.AbstractEventLoop, target: object) -> None:
@@ -272,15 +274,22 @@ class Dispatcher:
                 window -= spent
                 if window <= 0:  # the whole window went by ahead of the watch: a miss
                     self._window_missed()
-            elif not lone and line is not None:
+            elif not lone and line is not None:  # a busy loop, maybe (_aio_line)
                 head = line.waits[0] is me
-                if ahead_unwatched(line, me) or (head and self._busy_path.pays()):
-                    if await self._after_a_yield(t, line, me):  # over: no watch at all
-                        if head:
-                            self._busy_path.hit()
+                if (self._busy_credit >= 0 or self._busy_probe()) if head else ahead_unwatched(line, me):
+                    await asyncio.sleep(0)  # the other tasks run: by then its work is likely over
+                    while line.waits[0] is not me and ahead_unwatched(line, me):
+                        await asyncio.sleep(0)
+                    over = line.waits[0] is me and self._notifier._done_now(t)
+                    if head:  # learn whether it pays: a hit banks credit, a miss spends it
+                        credit = self._busy_credit
+                        if over:
+                            credit = 1 if credit < 0 else credit + 1 if credit < BUSY_CREDIT_MAX else credit
+                        else:
+                            credit = credit - 1 if credit >= 0 else -1
+                        self._busy_credit = credit
+                    if over:  # no watch at all
                         return
-                    if head:
-                        self._busy_path.miss()
             due = 0
             if (
                 lone
@@ -332,13 +341,13 @@ class Dispatcher:
                 if not waits and len(self._lines) > LINES_KEEP:
                     self._lines.pop(t.handle, None)
 
-    async def _after_a_yield(self, t: Target, line: Line, me: list[bool]) -> bool:
-        """Yield once, and on until no earlier wait on the stream is still to
-        watch; True if ``t`` is over by then and no earlier wait is pending."""
-        await asyncio.sleep(0)
-        while ahead_unwatched(line, me):
-            await asyncio.sleep(0)
-        return line.waits[0] is me and self._notifier._done_now(t)
+    def _busy_probe(self) -> bool:
+        """The busy path is off (it stopped paying): try it every BUSY_PROBE_EVERY waits."""
+        self._busy_since += 1
+        if self._busy_since < BUSY_PROBE_EVERY:
+            return False
+        self._busy_since = 0
+        return True
 
     # ---- inline spin for short waits ----
 

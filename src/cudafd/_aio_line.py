@@ -12,10 +12,12 @@ the other tasks run, and by then its work is usually over; one driver query
 wait still running then is watched. Measured the same way, that one yield
 and query per await gave 58,900 awaits/s on one core.
 
-Whether that pays is learnt (Busy): each wait that tries it counts a hit
-(over after the yield) or a miss (watched after all: the yield and query
-were spent for nothing); after more misses than hits in a row it is turned
-off, and tried again every BUSY_PROBE_EVERY waits. A loop whose tasks await
+Whether that pays is learnt per Dispatcher (its _busy_credit): each wait
+that tries it counts a hit (over after the yield: a credit, up to
+BUSY_CREDIT_MAX) or a miss (watched after all: the yield and query were
+spent for nothing, a credit less); with no credit left it is off, and
+tried again every BUSY_PROBE_EVERY waits, so it stays on while at least
+half the tries hit. A loop whose tasks await
 long work (2 ms) therefore pays one yield and one query per
 BUSY_PROBE_EVERY waits.
 
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 from collections import deque
 
-__all__ = ["BUSY_PROBE_EVERY", "LINES_KEEP", "Busy", "Line", "ahead_unwatched"]
+__all__ = ["BUSY_CREDIT_MAX", "BUSY_PROBE_EVERY", "LINES_KEEP", "Line", "ahead_unwatched"]
 
 BUSY_CREDIT_MAX = 8  # hits banked against later misses
 BUSY_PROBE_EVERY = 64  # waits between tries while the busy path is off
@@ -57,28 +59,3 @@ def ahead_unwatched(line: Line, me: list[bool]) -> bool:
         if w[0]:
             return True
     return False
-
-
-class Busy:
-    """Whether a wait on a busy loop pays for one yield before its watch."""
-
-    __slots__ = ("credit", "since_probe")
-
-    def __init__(self) -> None:
-        self.credit = 0  # on while >= 0
-        self.since_probe = 0
-
-    def pays(self) -> bool:
-        if self.credit >= 0:
-            return True
-        self.since_probe += 1
-        if self.since_probe < BUSY_PROBE_EVERY:
-            return False
-        self.since_probe = 0
-        return True
-
-    def hit(self) -> None:
-        self.credit = min(max(self.credit, 0) + 1, BUSY_CREDIT_MAX)
-
-    def miss(self) -> None:
-        self.credit = self.credit - 1 if self.credit >= 0 else -1

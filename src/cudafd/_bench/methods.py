@@ -32,6 +32,10 @@ measured in the same run so a target they put out of reach shows it:
   with no completion check at all. An await of work still running must
   suspend the task at least once, and a bare yield is the cheapest
   suspension there is, so no method can await faster.
+* ``bound_query`` (throughput): ``bound_yield`` plus one cuStreamQuery
+  whose answer is ignored: the least a method that asks the driver pays.
+  Not a bound on every design (a wake through an fd asks nothing), but an
+  await that learns its work is over by asking costs at least this.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ Method = Callable[[float], Awaitable[None]]
 
 CUDAFD = tuple(f"cudafd_{m}" for m in MECHANISMS)
 BASELINES = ("floor", "executor_blocking", "executor_spinning", "sleep0", "sleep1ms", "numba")
-BOUNDS = ("bound_sleep", "bound_loop", "bound_yield")
+BOUNDS = ("bound_sleep", "bound_loop", "bound_yield", "bound_query")
 LABELS = {
     "floor": "floor: loop blocked in spin sync",
     "executor_blocking": "run_in_executor + blocking event",
@@ -62,6 +66,7 @@ LABELS = {
     "bound_sleep": "bound: thread asleep for the kernel's length",
     "bound_loop": "bound: selector asleep for the kernel's length",
     "bound_yield": "bound: launch + one yield, no wait",
+    "bound_query": "bound: launch + one yield + one query",
 }
 
 
@@ -201,6 +206,17 @@ def make(key: str, kit: Kit, stream: int) -> Method:
             await sleep(0)
 
         return launch_and_yield
+
+    if key == "bound_query":
+        sleep = asyncio.sleep
+        stream_query = drv.cuStreamQuery  # type: ignore[attr-defined]
+
+        async def launch_yield_query(seconds: float) -> None:
+            launch(seconds)
+            await sleep(0)
+            stream_query(stream)
+
+        return launch_yield_query
 
     if key == "numba":
         from numba import cuda

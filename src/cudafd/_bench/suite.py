@@ -159,7 +159,7 @@ class Suite:
         if "throughput" in only:
             self._per_loop(
                 "throughput",
-                ["cudafd_event", "cudafd_spin", "cudafd_hostfunc", "sleep0", "executor_blocking", "bound_yield"],
+                ["cudafd_event", "cudafd_spin", "cudafd_hostfunc", "sleep0", "executor_blocking", "bound_yield", "bound_query"],
             )
         if "scale" in only:
             out = self.sections.setdefault("scale", {})

@@ -136,6 +136,9 @@ def _throughput(sections: dict) -> list[dict]:
             bound_ratio = bound / base[best_key]
             measured += f"; bound {bound:,.0f}/s = {bound_ratio:.2f}x: launch + one yield, no wait"
             bound_ok = bound_ratio >= THROUGHPUT_RATIO
+            query = _get(methods, "bound_query", "awaits_per_s")
+            if query is not None:
+                measured += f"; with one query {query / base[best_key]:.2f}x"
         rows.append(_row(name, target, measured, ratio >= THROUGHPUT_RATIO and cores <= THROUGHPUT_CORES, bound_ok))
     return rows
 
