@@ -25,6 +25,8 @@ if [[ $want == *bench* ]]; then
   # probes for the CPU and bubble figures (bench/README.md); one file: the device returns few
   { echo "== bench/wait_cost.py"; timeout 120 python3 bench/wait_cost.py
     echo "== bench/thread_cost.py"; timeout 60 python3 bench/thread_cost.py
+    echo "== bench/cold_cost.py"; timeout 60 python3 bench/cold_cost.py
+    echo "== bench/throughput_probe.py"; timeout 60 python3 bench/throughput_probe.py --spins ""
     make -s -C bench/c && echo "== bench/c/cudafd-enqueue-cost" && CUDAFD_DRIVER= timeout 120 bench/c/cudafd-enqueue-cost \
       --variants none,record_plain,record_blocking,cudafd_event,cudafd_spin,cudafd_hostfunc,writevalue >/dev/null; } > "$OUT/probes.txt" 2>&1
   summary+=("probes:" "$(cat "$OUT/probes.txt")")
