@@ -21,7 +21,7 @@ import time
 import traceback
 from collections.abc import Callable
 
-__all__ = ["Progress", "main", "new_loop"]
+__all__ = ["Progress", "main", "new_loop", "take_turns"]
 
 
 class Progress:
@@ -73,6 +73,38 @@ class Progress:
             print(f"    {self.prefix}: TIMED OUT ({self.last})", file=sys.stderr, flush=True)
             faulthandler.dump_traceback(file=sys.stderr)
         os._exit(3)
+
+
+def take_turns(
+    keys: list[str],
+    p: dict,
+    state: dict,
+    progress: Progress,
+    measure: Callable[[str], dict],
+    measured: Callable[[str, list[dict]], None],
+) -> None:
+    """``p["rounds"]`` rounds in which the methods ``keys`` take turns, each round
+    in an order rotated by one, so a slow spell of a shared machine falls on
+    all of them: ``measure(key)`` gives one sample, and ``measured(key,
+    samples)`` is called after each. A method that raises is recorded in
+    ``state["errors"]`` and skipped from then on; past ``p["soft_s"]`` the
+    rest is skipped and ``state["truncated"]`` set."""
+    deadline = time.monotonic() + float(p["soft_s"])
+    samples: dict[str, list[dict]] = {k: [] for k in keys}
+    rounds = int(p.get("rounds", 1))
+    for r in range(rounds):
+        for key in keys[r % len(keys) :] + keys[: r % len(keys)]:
+            if key in state["errors"]:
+                continue
+            if time.monotonic() > deadline:
+                state["truncated"] = True
+                return
+            try:
+                samples[key].append(measure(key))
+            except Exception as exc:
+                state["errors"][key] = f"{type(exc).__name__}: {exc}"
+            measured(key, samples[key])
+            progress.tick(f"{key} round {r + 1} of {rounds}")
 
 
 def new_loop(name: str) -> asyncio.AbstractEventLoop:

@@ -3,8 +3,9 @@
 Params: ``loop``, ``kernel_s`` (2 ms), ``seconds`` (measured window per
 method and round), ``settle_s`` (the method runs unmeasured first, so threads
 another method left spinning have gone quiet and adaptive spin windows have
-settled), ``rounds`` (the methods take turns, one window each per round, so
-a slow spell of the machine falls on all of them), ``methods``, ``soft_s``.
+settled), ``rounds`` (the methods take turns, one window each per round, in
+an order rotated by one each round, so a slow spell of the machine falls on
+all of them: child.take_turns), ``methods``, ``soft_s``.
 One stream. ``cores`` is the figure, the median over the rounds (each
 round's in ``rounds_cores``): 1.0 is a whole core busy while the program
 only waits.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from .child import Progress, new_loop
+from .child import Progress, new_loop, take_turns
 from .gpu import Gpu
 from .methods import LABELS, Kit, close_all, make_each
 from .proc import CpuMeter
@@ -45,27 +46,6 @@ async def _one(fn, p: dict) -> dict:
     }
 
 
-async def _measure(fns: dict, p: dict, state: dict, progress: Progress) -> None:
-    deadline = time.monotonic() + float(p["soft_s"])
-    rounds = int(p.get("rounds", 1))
-    got: dict[str, list[dict]] = {key: [] for key in fns}
-    for r in range(rounds):
-        for key, fn in fns.items():
-            if key in state["errors"]:
-                continue
-            if time.monotonic() > deadline:
-                state["truncated"] = True
-                break
-            try:
-                got[key].append(await _one(fn, p))
-            except Exception as exc:
-                state["errors"][key] = f"{type(exc).__name__}: {exc}"
-            progress.tick(f"{LABELS[key]} round {r + 1} of {rounds}")
-        for key, runs in got.items():
-            if runs:
-                state["methods"][key] = {"label": LABELS[key], **_median(runs)}
-
-
 def _median(runs: list[dict]) -> dict:
     """The rounds of one method: the median of each figure, the awaits summed, every round's cores."""
     out = {k: round(statistics.median(r[k] for r in runs), 4) for k in ("cores", "per_await_us", "overhead_us")}
@@ -88,9 +68,13 @@ def run(p: dict, progress: Progress) -> dict:
 
     progress.partial = result
     loop = new_loop(p["loop"])
+    def measured(key: str, runs: list[dict]) -> None:
+        if runs:
+            state["methods"][key] = {"label": LABELS[key], **_median(runs)}
+
     try:
         fns = make_each(p["methods"], kit, gpu.streams(1)[0], state["errors"])
-        loop.run_until_complete(_measure(fns, p, state, progress))
+        take_turns(list(fns), p, state, progress, lambda key: loop.run_until_complete(_one(fns[key], p)), measured)
     finally:
         close_all(loop, kit)
     return result()

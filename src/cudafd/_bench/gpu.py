@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import ctypes
 from ctypes import POINTER, byref, c_char_p, c_float, c_int, c_uint, c_uint64, c_void_p
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .. import _driver, _kernels
 from .._cli._device import Setup, choose

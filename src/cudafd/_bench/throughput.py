@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 
-from .child import Progress, new_loop
+from .child import Progress, new_loop, take_turns
 from .gpu import Gpu
 from .methods import LABELS, Kit, close_all, make
 from .numbers import median
@@ -87,27 +86,24 @@ def run(p: dict, progress: Progress) -> dict:
 
     progress.partial = result
     loop = new_loop(p["loop"])
-    deadline = time.monotonic() + float(p["soft_s"])
-    keys = list(p["methods"])
-    samples: dict[str, list[dict]] = {k: [] for k in keys}
+    handles: list[int] = []
+
+    def measured(key: str, runs: list[dict]) -> None:
+        for h in handles:
+            gpu.sync_stream(h)
+        if runs:
+            state["methods"][key] = _summary(runs)
+
     try:
-        handles = gpu.streams(int(p["streams"]))
-        for r in range(int(p.get("rounds", 1))):
-            for key in keys[r % len(keys) :] + keys[: r % len(keys)]:
-                if key in state["errors"]:
-                    continue
-                if time.monotonic() > deadline:
-                    state["truncated"] = True
-                    break
-                try:
-                    samples[key].append(loop.run_until_complete(_one(kit, key, handles, p)))
-                except Exception as exc:
-                    state["errors"][key] = f"{type(exc).__name__}: {exc}"
-                for h in handles:
-                    gpu.sync_stream(h)
-                if samples[key]:
-                    state["methods"][key] = _summary(samples[key])
-                progress.tick(f"{LABELS[key]} round {r + 1}")
+        handles += gpu.streams(int(p["streams"]))
+        take_turns(
+            list(p["methods"]),
+            p,
+            state,
+            progress,
+            lambda key: loop.run_until_complete(_one(kit, key, handles, p)),
+            measured,
+        )
     finally:
         close_all(loop, kit)
     return result()
