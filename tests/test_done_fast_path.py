@@ -14,7 +14,7 @@ from support import REAL, run
 from test_fence_notifier import destroy_event, record_event
 
 import cudafd
-from cudafd import _aio, _driver, _lib
+from cudafd import _aio, _aio_spin, _driver, _lib
 from cudafd._targets import resolve
 
 
@@ -147,8 +147,8 @@ def test_lone_wait_after_a_fault_still_raises(dev, flavor, mechanism):
 def long_windows(monkeypatch):
     """Spin windows long enough for any machine's loop (a test then never races them);
     no back-to-back queries first, so the spin that yields is what is tested."""
-    monkeypatch.setattr(_aio, "SPIN_START", 5.0)
-    monkeypatch.setattr(_aio, "AHEAD_MAX", 5.0)
+    monkeypatch.setattr(_aio_spin, "SPIN_START", 5.0)
+    monkeypatch.setattr(_aio_spin, "AHEAD_MAX", 5.0)
     monkeypatch.setattr(_aio.Dispatcher, "_spin_tight", lambda self, t: False)
 
 
@@ -274,7 +274,7 @@ def test_asyncio_long_waits_turn_the_spin_off(dev, loop_flavor, mechanism):
             s.launch(0.002)
             await api.notifier.wait(s)
         d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
-        assert d._window < _aio.SPIN_MIN, d._window
+        assert d._window < _aio_spin.SPIN_MIN, d._window
 
     run(loop_flavor, mechanism, body)
 
@@ -313,7 +313,7 @@ def test_asyncio_tiny_wait_ends_in_back_to_back_queries(dev, loop_flavor, mechan
 
 @pytest.mark.asyncio_only
 def test_asyncio_back_to_back_queries_stop_after_a_miss_and_are_retried(dev, loop_flavor, mechanism, monkeypatch):
-    monkeypatch.setattr(_aio, "TIGHT_PROBE_EVERY", 3)
+    monkeypatch.setattr(_aio_spin, "TIGHT_PROBE_EVERY", 3)
     s = dev.stream()
 
     async def body(api):
@@ -322,7 +322,7 @@ def test_asyncio_back_to_back_queries_stop_after_a_miss_and_are_retried(dev, loo
         await api.notifier.wait(s)  # never over early: the miss turns them off
         assert not d._tight and calls["watch"] == 1
         seen = []
-        for _ in range(_aio.TIGHT_PROBE_EVERY):  # each wait: running at its first look, over at its second
+        for _ in range(_aio_spin.TIGHT_PROBE_EVERY):  # each wait: running at its first look, over at its second
             answers = iter([False, True])
             api.notifier._done_now = lambda t: next(answers, True)
             ran = []
@@ -330,7 +330,7 @@ def test_asyncio_back_to_back_queries_stop_after_a_miss_and_are_retried(dev, loo
             await api.notifier.wait(s)
             seen.append(bool(ran))
         # off for TIGHT_PROBE_EVERY - 1 waits (they yield), then tried (and it pays)
-        assert seen == [True] * (_aio.TIGHT_PROBE_EVERY - 1) + [False]
+        assert seen == [True] * (_aio_spin.TIGHT_PROBE_EVERY - 1) + [False]
         assert d._tight
 
     run(loop_flavor, mechanism, body)

@@ -22,7 +22,7 @@ import pytest
 from support import REAL, Device, run
 
 import cudafd
-from cudafd import _aio
+from cudafd import _aio, _aio_spin
 
 LONG = 0.003
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,7 +33,7 @@ async def _settle(api, s) -> None:
     for _ in range(10):
         s.launch(LONG)
         await api.notifier.wait(s)
-    assert _aio.dispatcher(asyncio.get_running_loop(), api.notifier)._window < _aio.SPIN_MIN
+    assert _aio.dispatcher(asyncio.get_running_loop(), api.notifier)._window < _aio_spin.SPIN_MIN
 
 
 async def _until_timed(api):

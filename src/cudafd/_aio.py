@@ -19,51 +19,10 @@ returns without suspending, as awaiting a done future does; one such wait
 in QUICK_YIELD_EVERY yields to the loop anyway, so a coroutine that launches
 tiny kernels and awaits them in a loop cannot starve the other tasks.
 
-Work about to be over: on an H200 a tiny kernel is rarely over when its
-launch returns (31 of 3000), but ends 4-6 µs later: less than one asyncio
-pass (sleep(0) and a query, ~5 µs), so a spin that yields before each query
-noticed it a whole pass late, and that pass was most of the gap between
-cudafd and the floor (bench/results/2026-11-30-h200-verify). So while lone
-waits keep ending that soon, a lone wait inside its spin window first asks
-the driver back to back for up to TIGHT_MAX without yielding: the loop is
-held for at most about two of its own passes. One such wait that is not
-over by then turns this off; it is tried again every TIGHT_PROBE_EVERY lone
-waits, so a program awaiting longer work holds its loop ~0.2 µs per wait.
-A wait found over this way counts as one that did not suspend.
-
-Short waits: waking a loop thread that sleeps in epoll costs 10-50 µs on
-the virtual machines most GPUs live in (DESIGN.md, "Floor"): as much as the
-whole wait, and a future plus its task switch costs several more. So a wait
-first runs inline: the waiting coroutine itself yields to the loop
-(``sleep(0)``: other tasks and callbacks run in between, the loop is never
-blocked) and checks the Notifier's completion counter, a plain memory read,
-draining only when it moved. Only when the spin window runs out does it
-park on a future and leave the rest to the fd. The first AHEAD_MAX of the
-window is spent before any watch, asking the driver alone (cuStreamQuery,
-~0.9 µs): a tiny kernel ends a few µs after its launch returns, sooner than
-a watch (~3.6 µs on an H200) is set up, and that watch was the gap left
-between cudafd and the floor (bench/results/2026-11-30-h200). A wait
-spinning ahead counts as pending, so another wait meanwhile is not lone and
-takes a future at once. Measured on an H200 before
-this path: a future-based await cost ~28 µs over the core's own detection
-(bench/await_breakdown.py). The window adapts: it
-grows while waits finish inside it and halves each time one does not, down
-to off, with a short probe every SPIN_PROBE_EVERY waits. Long waits (a 2 ms
-kernel) therefore turn it off and cost ~0 CPU; back-to-back short waits get
-sleep(0)-polling latency without its endless CPU.
-
-Long waits, timed by the loop: a lone wait that outlasted its spin window
-(or found it off) asks the core to let the loop time it
-(cudafd_watch_stream_timed, the event mechanism). The core answers with
-when the stream's history says the work ends; the loop sleeps on a timerfd
-of its own until then (a precise timer: asyncio's round to milliseconds)
-and asks cudafd_check, which finds the wait over and returns its status,
-or says when to ask again. The poller's thread is not woken at all (its
-~60 µs per 2 ms wait on an H200); with the loop's own extra wakes, 9-21%
-less CPU per wait, and 25-38 µs sooner (docs/performance.md). The
-wait also keeps its future, so whatever the core reports through the fd
-instead (a second wait joined the stream, a fault swept the context, the
-notifier closed) resolves it as for any other wait.
+Work about to be over and short waits: a lone wait spins inline in its
+coroutine before any future (_aio_spin). Long lone waits: the loop times
+them on a timerfd the core arms (_aio_clock). Busy loops and the order of
+waits on one stream: _aio_line.
 
 Cancellation (task.cancel(), asyncio.timeout) lands in the ``finally`` of
 Dispatcher.wait, which cancels the token if it was not reported: the wait is
@@ -90,14 +49,22 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 import weakref
 from collections.abc import Callable
 
+from . import _aio_spin
+from ._aio_clock import LoopClock
+from ._aio_line import (
+    BUSY_CREDIT_MAX,
+    BUSY_PROBE_EVERY,
+    LINES_KEEP,
+    Line,
+    ahead_unwatched,
+)
+from ._aio_spin import InlineSpin
 from ._errors import CudafdError
 from ._notifier import Notifier
-from ._targets import Target, resolve
-from ._aio_line import BUSY_CREDIT_MAX, BUSY_PROBE_EVERY, LINES_KEEP, Line, ahead_unwatched
+from ._targets import resolve
 from ._timerfd import OneShot
 
 __all__ = [
@@ -112,15 +79,7 @@ __all__ = [
 
 POLL_MIN = 50e-6
 POLL_MAX = 2e-3
-SPIN_MAX = 200e-6  # the longest loop-side spin window
-SPIN_START = 100e-6
-SPIN_MIN = 10e-6  # below this the window is off
-AHEAD_MAX = 30e-6  # the part of the window spent before the watch is set up
-SPIN_PROBE = 30e-6
-SPIN_PROBE_EVERY = 64  # waits between probes while the window is off
 QUICK_YIELD_EVERY = 8  # a yield after this many waits in a row that did not need to suspend
-TIGHT_MAX = 10e-6  # a lone wait's back-to-back queries before its first yield
-TIGHT_PROBE_EVERY = 64  # lone waits between tries while back-to-back queries are off
 
 _NO_READER = (
     "this event loop cannot watch file descriptors (no add_reader: the Windows "
@@ -128,8 +87,6 @@ _NO_READER = (
 )
 
 
-_now = time.perf_counter
-_PENDING = object()
 _WATCHED = [False]  # the place of a wait that keeps none (not on a stream)
 
 
@@ -166,7 +123,7 @@ def _remove_reader(loop: asyncio.AbstractEventLoop | None, notifier: Notifier, f
         notifier._unhold_fd()
 
 
-class Dispatcher:
+class Dispatcher(InlineSpin, LoopClock):
     """Resolves the futures of one Notifier's waits on one asyncio loop (loop thread only)."""
 
     __slots__ = (
@@ -218,7 +175,7 @@ class Dispatcher:
         self._delay = POLL_MIN
         self._disarm_queued = False
         self._thread = 0
-        self._window = SPIN_START
+        self._window = _aio_spin.SPIN_START
         self._since_probe = 0
         self._inline: dict[int, object] = {}  # token -> _PENDING, None or the exception
         backend = notifier._backend
@@ -268,7 +225,7 @@ class Dispatcher:
             self._joined += 1
         try:
             if window:
-                spent = await self._spin_ahead(t, min(window, AHEAD_MAX))
+                spent = await self._spin_ahead(t, min(window, _aio_spin.AHEAD_MAX))
                 if spent < 0:
                     return
                 window -= spent
@@ -348,193 +305,6 @@ class Dispatcher:
             return False
         self._busy_since = 0
         return True
-
-    # ---- inline spin for short waits ----
-
-    def _inline_window(self) -> float:
-        """A lone wait's spin window in seconds (0: park on a future at once).
-
-        Only a lone wait spins inline: with others pending, futures keep the
-        waits on one stream resuming in the order they were started.
-        """
-        window = self._window
-        if window >= SPIN_MIN:
-            return window
-        self._since_probe += 1
-        if self._since_probe < SPIN_PROBE_EVERY:
-            return 0.0
-        self._since_probe = 0
-        return SPIN_PROBE
-
-    def _spin_tight(self, t: Target) -> bool:
-        """Ask the driver back to back, without yielding, for up to TIGHT_MAX
-        (while that keeps paying): True once ``t`` is over (the window grows)."""
-        if not self._tight:
-            self._since_tight += 1
-            if self._since_tight < TIGHT_PROBE_EVERY:
-                return False
-            self._since_tight = 0
-        done_now = self._notifier._done_now
-        deadline = _now() + TIGHT_MAX
-        while not done_now(t):
-            if _now() >= deadline:
-                self._tight = False
-                return False
-        self._tight = True
-        self._window_hit()
-        return True
-
-    async def _spin_ahead(self, t: Target, window: float) -> float:
-        """Spin on the driver's answer alone, before any watch: a tiny kernel is
-        over a few µs after its launch returned, sooner than a watch (event
-        record, lock, queue: ~3.6 µs on an H200) would even be set up.
-
-        Returns -1 once ``t`` is over (the window then grows), else the
-        seconds spent (the caller watches and spins on for the rest). Kept
-        short (AHEAD_MAX): the watch records at the stream's end *then*, so
-        work other tasks enqueue meanwhile would be waited for too.
-        """
-        done_now = self._notifier._done_now
-        inline = self._inline
-        key = object()  # marks this wait as pending (not lone for others; _fail_all reaches it)
-        inline[key] = _PENDING
-        start = _now()
-        deadline = start + window
-        try:
-            while True:
-                await asyncio.sleep(0)
-                failed = inline[key]
-                if failed is not _PENDING:
-                    raise failed  # type: ignore[misc]
-                if done_now(t):
-                    self._window_hit()
-                    return -1.0
-                now = _now()
-                if now >= deadline:
-                    return now - start
-        finally:
-            del inline[key]
-
-    async def _wait_inline(self, token: int, t: Target, window: float) -> bool:
-        """Spin for ``token`` by yielding to the loop; True once it is reported,
-        or once the driver says the target is over (the wait is then dropped:
-        with no other wait pending, nothing else depends on its report).
-
-        Returns False when the window ran out (the caller then parks on a
-        future); raises the wait's exception (CudaError, ClosedError).
-        """
-        inline = self._inline
-        inline[token] = _PENDING
-        deadline = _now() + window
-        notifier = self._notifier
-        done_now = notifier._done_now
-        try:
-            while True:
-                result = inline[token]
-                if result is not _PENDING:
-                    del inline[token]
-                    self._window_hit()
-                    if result is None:
-                        return True
-                    raise result  # type: ignore[misc]
-                seq = self._seq
-                if seq is None or notifier._closed or seq.value != self._seen:
-                    if seq is not None and not notifier._closed:
-                        self._seen = seq.value  # read before draining: a later push is seen next time
-                    if self._polling:
-                        self._poll()
-                    self._resolve(self._drain())
-                    if inline[token] is not _PENDING:
-                        continue
-                if done_now(t):  # ahead of the core's own report
-                    inline[token] = None
-                    self._cancel(token)
-                    continue
-                if _now() >= deadline:
-                    break
-                await asyncio.sleep(0)
-        except BaseException:
-            if inline.pop(token, _PENDING) is _PENDING:
-                self._cancel(token)  # cancelled while spinning: detach (GPU work goes on)
-            raise
-        del inline[token]
-        self._window_missed()
-        return False
-
-    def _window_hit(self) -> None:
-        """A lone wait ended inside its spin window: grow it by half, up to SPIN_MAX."""
-        self._window = min(max(self._window, SPIN_PROBE) * 1.5, SPIN_MAX)
-
-    def _window_missed(self) -> None:
-        """A lone wait outlasted its spin window: halve it, down to off."""
-        self._window = self._window / 2 if self._window >= SPIN_MIN else 0.0
-
-    # ---- waits the loop times ----
-
-    def _clock_ready(self, loop: asyncio.AbstractEventLoop) -> bool:
-        """Make sure the clock exists, is watched by ``loop`` and is the one the
-        core arms (cudafd_set_clock): then a wait can be timed by the loop.
-        False where it cannot (no timerfd here, a polling Notifier)."""
-        clock = self._clock
-        if clock is not None and self._clock_loop is loop and self._notifier._clock_fd == clock.fileno():
-            return True
-        if self._polling:
-            return False
-        try:
-            if clock is None:
-                clock = OneShot()
-                self._clock_close = weakref.finalize(self, _close_clock, self._notifier, clock)
-                self._clock = clock
-            if self._clock_loop is not loop:
-                loop.add_reader(clock.fileno(), self._on_clock)
-                self._clock_loop = loop
-            return self._notifier._clock_fd == clock.fileno() or self._notifier._set_clock(clock.fileno())
-        except OSError:
-            return False
-
-    def _on_clock(self) -> None:
-        """The clock fired: ask the core after the timed wait. The core re-arms
-        the clock (still running) or disarms it (over, or the fd reports it)."""
-        clock = self._clock
-        if clock is None:
-            return
-        token = self._timed
-        fut = self._futures.get(token) if token else None
-        if fut is None or fut.done():
-            self._timed = 0
-            clock.disarm()
-            return
-        try:
-            due, exc = self._notifier._check(token)
-        except Exception as err:  # the native core failed: this wait fails rather than hangs
-            due, exc = 0, err
-            clock.disarm()
-        if due > 0:
-            return
-        self._timed = 0
-        if due < 0:
-            clock.disarm()  # (the core did, unless it no longer knew the token)
-            return  # the core reports it through the fd
-        del self._futures[token]
-        if exc is None:
-            fut.set_result(None)
-        else:
-            fut.set_exception(exc)
-        if not self._futures:
-            self._disarm_later()
-
-    def _stop_clock(self) -> None:
-        """Unregister the clock (on _disarm); close it too once the Notifier is closed."""
-        loop, self._clock_loop = self._clock_loop, None
-        self._timed = 0
-        if loop is not None and self._clock is not None:
-            try:
-                loop.remove_reader(self._clock.fileno())
-            except Exception:  # the loop is closed: nothing is registered any more
-                pass
-        if self._notifier.closed and self._clock_close is not None:
-            self._clock_close()
-            self._clock = self._clock_close = None
 
     # ---- registration ----
 
@@ -662,13 +432,6 @@ class Dispatcher:
         self._delay = POLL_MIN if results else min(self._delay * 2, POLL_MAX)
         if self._loop is not None:
             self._timer = self._loop.call_later(self._delay, self._on_timer)
-
-
-def _close_clock(notifier: Notifier, clock: OneShot) -> None:
-    """A Dispatcher's clock goes: the core must stop arming it first (its fd number may be reused)."""
-    if notifier._clock_fd == clock.fileno():
-        notifier._set_clock(-1)
-    clock.close()
 
 
 # ---- dispatcher lookup ------------------------------------------------------

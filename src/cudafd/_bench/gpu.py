@@ -14,8 +14,8 @@ None and callers time on the host) and ``cuStreamWaitEvent``.
 from __future__ import annotations
 
 import ctypes
-from ctypes import POINTER, byref, c_char_p, c_float, c_int, c_uint, c_uint64, c_void_p
 from collections.abc import Callable
+from ctypes import POINTER, byref, c_char_p, c_float, c_int, c_uint, c_uint64, c_void_p
 from typing import Any
 
 from .. import _driver, _kernels
