@@ -250,3 +250,29 @@ def test_the_clock_is_unset_in_the_core_before_its_fd_closes(dev, loop_flavor):
     n, d = seen["notifier"], seen["dispatcher"]  # closed by run(): the clock went with it
     assert d._clock is None
     assert n._clock_fd == -1 or n._released
+
+
+@pytest.mark.asyncio_only
+def test_a_timed_stream_whose_waits_got_shorter_is_learnt_again(dev, loop_flavor):
+    # After 15 ms waits the loop's check for a 1 ms wait comes as late as the
+    # long waits ended; the core's probes (one per ~50 ms of waiting) find
+    # the waits shorter and cut the check time down within a few waits (the
+    # 7 ms bound leaves a loaded machine room; checks that only crept sooner
+    # stayed near 15 ms for hundreds of waits).
+    s = dev.stream()
+
+    async def body(api):
+        for _ in range(8):
+            s.launch(0.015)
+            await api.notifier.wait(s)
+        before = cudafd.stats()
+        took = []
+        for _ in range(16):
+            t0 = time.monotonic()
+            s.launch(0.001)
+            await api.notifier.wait(s)
+            took.append(time.monotonic() - t0)
+        assert cudafd.stats()["timed"] - before["timed"] >= 8  # the loop timed them
+        assert max(took[-3:]) < 0.007, [f"{t * 1e3:.1f} ms" for t in took]
+
+    run(loop_flavor, "event", body)

@@ -188,12 +188,15 @@ void cfd_pace_found(cfd_lane *l, int64_t now, int64_t asked, bool first_round); 
 void cfd_pace_push(const cfd_lane *l, int64_t took); /* a wait of the lane's stream took this long */
 bool cfd_pace_known(const cfd_lane *l);              /* its stream has a history to predict from */
 int64_t cfd_pace_predict(const cfd_lane *l);         /* the predicted length of its next wait (0: unknown) */
-/* Plan a new head's queries from its stream's history: pred_end, and (every
- * probe_every-th wait, or while waits shrink) a halfway probe (l->halfway,
- * l->next_poll). False when there is no history. */
-bool cfd_pace_plan(cfd_lane *l, int64_t now, unsigned probe_every);
-bool cfd_pace_not_halfway(cfd_lane *l); /* a halfway probe found it running: true (and the stream is steady) */
-int64_t *cfd_pace_caller_due(const cfd_lane *l); /* timed.c's per-stream state (0: none yet) */
+typedef struct { /* pace_caller.c: when a caller that times a stream's waits asks */
+    int64_t due;          /* from a wait's start (0: not yet known) */
+    unsigned since_probe; /* waits since the last probe */
+    int cut;              /* searching: each wait probed due/cut before due (0: not searching) */
+} cfd_caller_pace;
+cfd_caller_pace *cfd_pace_caller(const cfd_lane *l); /* the stream's (zeroed when its slot is new) */
+void cfd_caller_plan(cfd_lane *l, int64_t now);       /* a caller's lane got a new wait */
+void cfd_caller_missed(cfd_lane *l, int64_t now);     /* its check found it running */
+void cfd_caller_found(cfd_lane *l, int64_t now, int64_t asked); /* its check (asked then) found it over */
 /* Waits timed by their caller (timed.c), g.mu held: take a new lane if it
  * can be (its first query planned in l->next_poll); give one back to the
  * poller (or free it if empty); give back every one whose wait was detached. */

@@ -50,7 +50,7 @@ static struct {
     unsigned next;
     unsigned since_probe; /* waits since the last halfway probe */
     bool shrinking;       /* the last halfway probe found the wait over: probe again */
-    int64_t caller_due;   /* timed.c: when its caller asks, from the wait's start (0: not yet) */
+    cfd_caller_pace caller; /* pace_caller.c's state for the stream */
 } pace_hist[PACE_SLOTS];
 
 static int pace_slot(const cfd_lane *l)
@@ -88,7 +88,7 @@ int64_t cfd_pace_predict(const cfd_lane *l)
 
 bool cfd_pace_known(const cfd_lane *l) { return cfd_pace_predict(l) > 0; }
 
-int64_t *cfd_pace_caller_due(const cfd_lane *l) { return &pace_hist[pace_slot(l)].caller_due; }
+cfd_caller_pace *cfd_pace_caller(const cfd_lane *l) { return &pace_hist[pace_slot(l)].caller; }
 
 void cfd_pace_push(const cfd_lane *l, int64_t took)
 {
@@ -118,7 +118,9 @@ static bool pace_at_end(cfd_lane *l, int64_t now)
  * end is near) or at an eighth of the time waited, double after each miss, and
  * never exceed an eighth of the time waited (so a late notice costs at most
  * ~12% of the wait) nor CFD_HEALTH_NS (faults are looked for that often). */
-bool cfd_pace_plan(cfd_lane *l, int64_t now, unsigned probe_every)
+/* A new head's plan (pace_next's first part): pred_end, and maybe a halfway
+ * probe (l->halfway, l->next_poll). False when the stream has no history. */
+static bool pace_plan(cfd_lane *l, int64_t now)
 {
     l->step = 0;
     l->halfway = false;
@@ -129,7 +131,7 @@ bool cfd_pace_plan(cfd_lane *l, int64_t now, unsigned probe_every)
         return false;
     int i = pace_slot(l);
     int64_t half = l->since + pace / 2;
-    if ((pace_hist[i].shrinking || ++pace_hist[i].since_probe >= probe_every) && half > now + PACE_MIN_NS &&
+    if ((pace_hist[i].shrinking || ++pace_hist[i].since_probe >= PACE_PROBE_EVERY) && half > now + PACE_MIN_NS &&
         half <= now + CFD_HEALTH_NS) {
         pace_hist[i].since_probe = 0;
         l->halfway = true;
@@ -138,7 +140,8 @@ bool cfd_pace_plan(cfd_lane *l, int64_t now, unsigned probe_every)
     return true;
 }
 
-bool cfd_pace_not_halfway(cfd_lane *l)
+/* A halfway probe found the wait running: true (and the stream is steady). */
+static bool pace_not_halfway(cfd_lane *l)
 {
     if (!l->halfway)
         return false;
@@ -151,9 +154,9 @@ static void pace_next(cfd_lane *l, int64_t now, bool first)
 {
     int64_t waited = now - l->since;
     if (first) {
-        if (cfd_pace_plan(l, now, PACE_PROBE_EVERY) && (l->halfway || pace_at_end(l, now)))
+        if (pace_plan(l, now) && (l->halfway || pace_at_end(l, now)))
             return;
-    } else if (cfd_pace_not_halfway(l) && pace_at_end(l, now)) { /* the prediction stands */
+    } else if (pace_not_halfway(l) && pace_at_end(l, now)) { /* the prediction stands */
         return;
     }
     int64_t step = l->step ? 2 * l->step : (l->pred_end ? PACE_MIN_NS : waited / 8);

@@ -34,83 +34,7 @@
 
 #include "internal.h"
 
-/* When the caller asks. A caller that comes before the end pays a whole
- * second wake (~60 us of CPU on an H200 host, bench/cold_cost.py), one that
- * comes late only the latency, so unlike the poller (which wakes early and
- * spins across the end) the caller is sent where one query in about
- * CALLER_EARLY_ONE_IN comes early: each stream keeps that point as a time
- * from the wait's start (pacing.c's caller_due; at first its predicted
- * length + CALLER_LATE_NS). A query that finds the wait over moves it 1/32
- * of a step sooner, one that comes early moves it a step later (a step:
- * 1/32 of it, at least CALLER_STEP_NS, or a quarter of how much later the
- * wait was found if more); in balance, one query in ~33 comes early.
- * (Before: asked 40 us past the shortest recent wait, stepping back 10 us
- * per hit, it came early 1.3-1.4 times per wait on the H200:
- * bench/results/2026-11-30-h200-loop-timed.) A stream whose waits shrank by
- * more than half is learnt by pacing's halfway probes, every
- * CALLER_PROBE_EVERY-th wait (each a wake of its own) and then every wait
- * while the probes find it over. After an early query, the next ones come
- * at growing intervals, as the poller's do. */
-#define CALLER_LATE_NS (40 * 1000)
-#define CALLER_STEP_NS (20 * 1000)
-#define CALLER_EARLY_ONE_IN 32
-#define CALLER_PROBE_EVERY 32
 #define CALLER_GRACE_NS (1000 * 1000 * 1000LL)
-
-static void caller_plan(cfd_lane *l, int64_t now)
-{
-    int64_t *due = cfd_pace_caller_due(l);
-    cfd_pace_plan(l, now, CALLER_PROBE_EVERY);
-    if (*due <= 0)
-        *due = l->pred_end - l->since + CALLER_LATE_NS;
-    if (l->halfway)
-        return;
-    l->predicted = true;
-    l->next_poll = l->since + *due;
-}
-
-static void caller_missed(cfd_lane *l, int64_t now)
-{
-    if (cfd_pace_not_halfway(l)) { /* the planned query stands */
-        l->predicted = true;
-        l->next_poll = l->since + *cfd_pace_caller_due(l);
-        if (l->next_poll >= now + CALLER_STEP_NS)
-            return;
-    }
-    int64_t waited = now - l->since;
-    int64_t step = l->step ? 2 * l->step : CALLER_STEP_NS;
-    if (step > waited / 8)
-        step = waited / 8;
-    l->step = step < CALLER_STEP_NS ? CALLER_STEP_NS : step > CFD_HEALTH_NS ? CFD_HEALTH_NS : step;
-    l->predicted = false;
-    l->next_poll = now + l->step;
-}
-
-/* Found over at `now` by a query asked at `asked`. */
-static void caller_found(cfd_lane *l, int64_t now, int64_t asked)
-{
-    int64_t *due = cfd_pace_caller_due(l);
-    int64_t step = *due / 32 > CALLER_STEP_NS ? *due / 32 : CALLER_STEP_NS;
-    if (l->halfway) { /* over by halfway: pacing learns a shorter wait */
-        cfd_pace_found(l, now, asked, true);
-        if (*due > asked - l->since + CALLER_LATE_NS)
-            *due = asked - l->since + CALLER_LATE_NS;
-        return;
-    }
-    int64_t took;
-    if (l->predicted) { /* on time: a little sooner next time */
-        *due -= step / CALLER_EARLY_ONE_IN;
-        if (*due < CALLER_STEP_NS)
-            *due = CALLER_STEP_NS;
-        took = asked - l->since - CALLER_LATE_NS;
-    } else { /* the first query came early: later next time */
-        took = now - l->since - l->step / 2;
-        int64_t gap = (took + CALLER_LATE_NS - *due) / 4;
-        *due += gap > step ? gap : step;
-    }
-    l->halfway = false;
-    cfd_pace_push(l, took);
-}
 
 /* Arm the caller's timerfd for `at` (CLOCK_MONOTONIC ns), or disarm it
  * (at <= 0), which also clears its readiness. */
@@ -128,7 +52,7 @@ bool cfd_caller_take(cfd_lane *l, int64_t now, int clock)
 {
     if (l->mech != CUDAFD_MECH_EVENT || !cfd_pace_known(l))
         return false;
-    caller_plan(l, now);
+    cfd_caller_plan(l, now);
     if (clock >= 0 && !clock_arm(clock, l->next_poll))
         return false; /* the poller times it: the wait is never left without a timer */
     l->state = LANE_CALLER;
@@ -247,7 +171,7 @@ CFD_API int cudafd_check(cudafd_notifier *n, uint64_t token, int64_t *status, in
     int64_t now = cfd_now_ns();
     if (r != CUDA_ERROR_NOT_READY) {
         if (r == CUDA_SUCCESS)
-            caller_found(l, now, asked);
+            cfd_caller_found(l, now, asked);
         if (w->n == n) {
             complete_quietly(l, r);
             *status = r;
@@ -256,7 +180,7 @@ CFD_API int cudafd_check(cudafd_notifier *n, uint64_t token, int64_t *status, in
             cfd_lane_pop(l, r); /* detached meanwhile: reported by the fd (a fault), or cancelled */
         }
     } else if (w->n == n && !l->hand_back) {
-        caller_missed(l, now);
+        cfd_caller_missed(l, now);
         *due_ns = l->next_poll;
     }
     l->polling = false; /* only now: a fault swept by that pop may have asked for the lane back */

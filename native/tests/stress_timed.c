@@ -2,8 +2,9 @@
  * stress_timed.c - waits timed by their caller (cudafd_watch_stream_timed,
  * cudafd_check, cudafd_set_clock), against the simulator: each way a lane
  * goes back to the core, faults, the caller's clock armed and disarmed by
- * the core, a steady stream needing about one check per wait, and threads
- * checking, cancelling and joining streams at once.
+ * the core, a steady stream needing about one check per wait, a stream
+ * whose waits got shorter learnt again, and threads checking, cancelling
+ * and joining streams at once.
  */
 #include <poll.h>
 #include <pthread.h>
@@ -329,11 +330,46 @@ static void test_timed_steady(CUcontext ctx)
     sim_stream_destroy(s);
 }
 
+/* A stream whose waits went from 15 ms to 1 ms: the caller's checks come
+ * ~15 ms late for a few waits (probes are one per ~50 ms of waiting), then
+ * the probes' search brings them back near 1 ms within about ten waits. */
+static void test_timed_shrink(CUcontext ctx)
+{
+    cudafd_notifier *n = NULL;
+    cudafd_notifier_create(CUDAFD_MECH_EVENT, &n);
+    CUstream s = new_stream(ctx);
+    learn(n, s, 15000000);
+    double late[20];
+    for (int i = 0; i < 6 + 20; i++) {
+        uint64_t ns = i < 6 ? 15000000 : 1000000;
+        uint64_t t;
+        int64_t due = 0, status = -1;
+        int checks;
+        sim_launch(s, ns, 0);
+        double t0 = now_s();
+        cudafd_watch_stream_timed(n, (uintptr_t)s, &t, &due);
+        if (due <= 0 || check_until(n, t, due, &status, &checks) != 0) {
+            cudafd_completion c[1];
+            collect(n, c, 1, 5.0);
+        }
+        if (i >= 6)
+            late[i - 6] = now_s() - t0 - ns * 1e-9;
+    }
+    CHECK(late[0] > 5e-3, "the first short wait is checked when the long ones ended (%.1f ms late)", late[0] * 1e3);
+    double worst = 0;
+    for (int i = 17; i < 20; i++)
+        worst = late[i] > worst ? late[i] : worst;
+    CHECK(worst < 3e-3, "within 17 waits the checks come near 1 ms again (last 3: up to %.2f ms late)", worst * 1e3);
+    cudafd_notifier_destroy(n);
+    sim_stream_destroy(s);
+}
+
 void test_timed_all(CUcontext ctx)
 {
     test_timed(ctx);
     test_timed_clock(ctx);
     test_timed_steady(ctx);
+    test_timed_shrink(ctx);
     test_timed_faults();
     test_timed_threads(ctx);
 }
