@@ -6,9 +6,11 @@
  * on top of the caller's own wake: on an H200 ~50-60 us of CPU per 2 ms
  * wait, a third of the process's (bench/results/2026-11-30-h200-bounds). An
  * event loop that can sleep on a precise timer of its own can do the timing
- * instead: the watch returns when the stream's history predicts the wait
- * ends (pacing.c), the caller asks cudafd_check then, and learns the status
- * right there, with no thread of ours woken and no completion queued.
+ * instead: the watch returns when to ask (pace_caller.c, from the stream's
+ * history), the caller asks cudafd_check then, and learns the status right
+ * there, with no thread of ours woken and no completion queued. With
+ * cudafd_set_clock the core arms the caller's timerfd for each such time
+ * and disarms it when a check ends the wait.
  *
  * Such a lane (state LANE_CALLER, in g.caller_list) holds one wait and is
  * owned by the caller's check, which alone pops it; its query runs unlocked
