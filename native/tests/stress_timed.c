@@ -286,6 +286,26 @@ static void test_timed_clock(CUcontext ctx)
     sim_stream_destroy(s);
 }
 
+/* One wait of `ns` on s, timed by the caller when the core lets it (else
+ * collected from the fd): true if it was, with its checks; *late: seconds
+ * from the watch to its end, past `ns`. */
+static bool timed_wait(cudafd_notifier *n, CUstream s, uint64_t ns, int *checks, double *late)
+{
+    uint64_t t;
+    int64_t due = 0, status = -1;
+    *checks = 0;
+    sim_launch(s, ns, 0);
+    double t0 = now_s();
+    cudafd_watch_stream_timed(n, (uintptr_t)s, &t, &due);
+    bool timed = due > 0 && check_until(n, t, due, &status, checks) == 0;
+    if (!timed) {
+        cudafd_completion c[1];
+        collect(n, c, 1, 5.0);
+    }
+    *late = now_s() - t0 - ns * 1e-9;
+    return timed;
+}
+
 /* A stream of steady 2 ms waits: after a few waits the caller's first check
  * almost always finds the wait over (the point of its timing: each early
  * check costs the caller a wake), and the checks do not drift late. */
@@ -297,28 +317,16 @@ static void test_timed_steady(CUcontext ctx)
     for (int i = 0; i < 3; i++)
         learn(n, s, 2000000);
     enum { WARM = 16, WAITS = 64 };
-    int total = 0, timed = 0;
-    double late[WAITS];
-    for (int i = 0; i < WARM + WAITS; i++) {
-        uint64_t t;
-        int64_t due = 0, status = -1;
-        int checks = 0;
-        sim_launch(s, 2000000, 0);
-        double t0 = now_s();
-        cudafd_watch_stream_timed(n, (uintptr_t)s, &t, &due);
-        if (due <= 0 || check_until(n, t, due, &status, &checks) != 0) {
-            cudafd_completion c[1];
-            collect(n, c, 1, 5.0);
-            continue;
-        }
-        if (i >= WARM) {
-            late[timed++] = now_s() - t0 - 2e-3;
+    int total = 0, timed = 0, checks;
+    double late[WAITS], x;
+    for (int i = 0; i < WARM + WAITS; i++)
+        if (timed_wait(n, s, 2000000, &checks, &x) && i >= WARM) {
+            late[timed++] = x;
             total += checks;
         }
-    }
     for (int i = 1; i < timed; i++) /* sort: the median */
         for (int j = i; j > 0 && late[j - 1] > late[j]; j--) {
-            double x = late[j];
+            x = late[j];
             late[j] = late[j - 1];
             late[j - 1] = x;
         }
@@ -340,20 +348,12 @@ static void test_timed_shrink(CUcontext ctx)
     CUstream s = new_stream(ctx);
     learn(n, s, 15000000);
     double late[20];
+    int checks;
     for (int i = 0; i < 6 + 20; i++) {
-        uint64_t ns = i < 6 ? 15000000 : 1000000;
-        uint64_t t;
-        int64_t due = 0, status = -1;
-        int checks;
-        sim_launch(s, ns, 0);
-        double t0 = now_s();
-        cudafd_watch_stream_timed(n, (uintptr_t)s, &t, &due);
-        if (due <= 0 || check_until(n, t, due, &status, &checks) != 0) {
-            cudafd_completion c[1];
-            collect(n, c, 1, 5.0);
-        }
+        double x;
+        timed_wait(n, s, i < 6 ? 15000000 : 1000000, &checks, &x);
         if (i >= 6)
-            late[i - 6] = now_s() - t0 - ns * 1e-9;
+            late[i - 6] = x;
     }
     CHECK(late[0] > 5e-3, "the first short wait is checked when the long ones ended (%.1f ms late)", late[0] * 1e3);
     double worst = 0;
