@@ -94,9 +94,9 @@ def test_a_long_wait_handed_to_a_sleeping_poller_does_not_wake_it(dev):
                 per_wait.append(after["wakes"] - before["wakes"])
         assert len(per_wait) >= 28, per_wait
         # A handoff that woke the poller makes every wait cost two wakes or
-        # more, so a few waits of one wake show the timer moved instead; on a
-        # loaded machine early wakes make many cost more than one.
-        assert per_wait.count(1) >= 4, f"poller wakes per paced wait: {per_wait}"
+        # more, so any wait of one wake shows the timer moved instead (an idle
+        # machine has many; with two busy cores early wakes left as few as 3).
+        assert per_wait.count(1) >= 1, f"poller wakes per paced wait: {per_wait}"
 
 
 def test_a_long_wait_stays_with_a_poller_that_keeps_finding_work(dev):
@@ -152,14 +152,15 @@ def test_a_stream_that_changes_pace_is_learnt_in_a_few_waits(dev):
     """After 15 ms waits, the first 1 ms wait may be noticed as late as the
     prediction; but a query that came on time and found the wait over halves
     the prediction, so within a few waits a 1 ms wait is noticed within a
-    few ms again (the bound, 7 ms, leaves a loaded machine ample room; a
-    prediction that only stepped back stayed near 15 ms)."""
+    few ms again (12 waits and the 7 ms bound leave a loaded machine room:
+    with two busy cores the 6th was still 9 ms; a prediction that only
+    stepped back stayed near 15 ms)."""
     s = dev.stream()
     with cudafd.Notifier("event") as n:
         for _ in range(4):
             _wait_one(n, s, 0.015)
         took = []
-        for _ in range(8):
+        for _ in range(12):
             t0 = time.monotonic()
             _wait_one(n, s, 0.001)
             took.append(time.monotonic() - t0)

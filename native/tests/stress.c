@@ -266,10 +266,13 @@ static void test_fault_after_idle(int mech)
     cudafd_watch_stream(n, (uintptr_t)s, &t);
     CHECK(collect(n, c, 1, 5.0) == 1 && c[0].status == 0, "mech %d: first wait", mech);
     usleep(100000);
-    sim_launch(s, 1000000, CUDA_ERROR_ILLEGAL_ADDRESS);
-    cudafd_watch_stream(n, (uintptr_t)s, &t);
-    CHECK(collect(n, c, 1, 2.0) == 1 && c[0].status == CUDA_ERROR_ILLEGAL_ADDRESS,
-          "mech %d: fault after an idle spell", mech);
+    sim_launch(s, 20000000, CUDA_ERROR_ILLEGAL_ADDRESS);
+    if (cudafd_watch_stream(n, (uintptr_t)s, &t) == CUDAFD_OK) {
+        CHECK(collect(n, c, 1, 2.0) == 1 && c[0].status == CUDA_ERROR_ILLEGAL_ADDRESS,
+              "mech %d: fault after an idle spell", mech);
+    } else { /* this thread was descheduled past the fault (a loaded machine): the watch says so */
+        CHECK(cudafd_last_cuda_error() == CUDA_ERROR_ILLEGAL_ADDRESS, "mech %d: the watch reports the fault", mech);
+    }
     cudafd_notifier_destroy(n);
     sim_stream_destroy(s);
     sim_ctx_destroy(ctx);

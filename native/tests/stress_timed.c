@@ -129,14 +129,15 @@ static void test_timed_faults(void)
         int64_t due = 0, status = 0;
         int checks;
         cudafd_completion c[2];
-        sim_launch(s, own ? 2000000 : 50000000, own ? CUDA_ERROR_ILLEGAL_ADDRESS : 0);
+        /* faulting kernels of 20 ms: the watch after the launch comes first even on a loaded machine */
+        sim_launch(s, own ? 20000000 : 50000000, own ? CUDA_ERROR_ILLEGAL_ADDRESS : 0);
         cudafd_watch_stream_timed(n, (uintptr_t)s, &t, &due);
         CHECK(due > 0, "timed");
         if (own) {
             CHECK(check_until(n, t, due, &status, &checks) == 0 && status == CUDA_ERROR_ILLEGAL_ADDRESS,
                   "the check returns the fault (status %lld)", (long long)status);
         } else {
-            sim_launch(other, 1000000, CUDA_ERROR_ILLEGAL_ADDRESS);
+            sim_launch(other, 20000000, CUDA_ERROR_ILLEGAL_ADDRESS);
             cudafd_watch_stream(n, (uintptr_t)other, &t2);
             int have = collect(n, c, 2, 2.0);
             CHECK(have == 2 && c[0].status == CUDA_ERROR_ILLEGAL_ADDRESS && c[1].status == CUDA_ERROR_ILLEGAL_ADDRESS,
