@@ -188,6 +188,10 @@ void cfd_pace_found(cfd_lane *l, int64_t now, int64_t asked, bool first_round); 
 void cfd_pace_push(const cfd_lane *l, int64_t took); /* a wait of the lane's stream took this long */
 bool cfd_pace_known(const cfd_lane *l);              /* its stream has a history to predict from */
 int64_t cfd_pace_predict(const cfd_lane *l);         /* the predicted length of its next wait (0: unknown) */
+/* The next query after one that found the wait running: first_step after the
+ * lane's first such query, then doubling, within [20 us, an eighth of the
+ * time waited, CFD_HEALTH_NS] (l->step, l->next_poll). */
+void cfd_pace_backoff(cfd_lane *l, int64_t now, int64_t first_step);
 typedef struct { /* pace_caller.c: when a caller that times a stream's waits asks */
     int64_t due;          /* from a wait's start (0: not yet known) */
     unsigned since_probe; /* waits since the last probe */

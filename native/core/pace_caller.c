@@ -79,13 +79,7 @@ void cfd_caller_missed(cfd_lane *l, int64_t now)
         if (l->next_poll >= now + CALLER_STEP_NS)
             return;
     }
-    int64_t waited = now - l->since;
-    int64_t step = l->step ? 2 * l->step : CALLER_STEP_NS;
-    if (step > waited / 8)
-        step = waited / 8;
-    l->step = step < CALLER_STEP_NS ? CALLER_STEP_NS : step > CFD_HEALTH_NS ? CFD_HEALTH_NS : step;
-    l->predicted = false;
-    l->next_poll = now + l->step;
+    cfd_pace_backoff(l, now, CALLER_STEP_NS);
 }
 
 void cfd_caller_found(cfd_lane *l, int64_t now, int64_t asked)

@@ -159,7 +159,13 @@ static void pace_next(cfd_lane *l, int64_t now, bool first)
     } else if (pace_not_halfway(l) && pace_at_end(l, now)) { /* the prediction stands */
         return;
     }
-    int64_t step = l->step ? 2 * l->step : (l->pred_end ? PACE_MIN_NS : waited / 8);
+    cfd_pace_backoff(l, now, l->pred_end ? PACE_MIN_NS : waited / 8);
+}
+
+void cfd_pace_backoff(cfd_lane *l, int64_t now, int64_t first_step)
+{
+    int64_t waited = now - l->since;
+    int64_t step = l->step ? 2 * l->step : first_step;
     if (step > waited / 8)
         step = waited / 8;
     l->step = step < PACE_MIN_NS ? PACE_MIN_NS : step > CFD_HEALTH_NS ? CFD_HEALTH_NS : step;
