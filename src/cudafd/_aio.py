@@ -151,6 +151,7 @@ class Dispatcher(InlineSpin, LoopClock):
         "_since_tight",
         "_clock",
         "_clock_loop",
+        "_clock_no",
         "_clock_close",
         "_timed",
         "_lines",
@@ -186,6 +187,7 @@ class Dispatcher(InlineSpin, LoopClock):
         self._since_tight = 0
         self._clock: OneShot | None = None  # the timerfd of waits the loop times (made on first use)
         self._clock_loop: asyncio.AbstractEventLoop | None = None  # where it is registered
+        self._clock_no = -2  # its fd number (-2: none; the Notifier's _clock_fd is >= -1)
         self._clock_close: weakref.finalize | None = None
         self._timed = 0  # the token the clock is armed for (0: none)
         self._lines: dict[int, Line] = {}  # stream handle -> its pending waits, in order (_aio_line)
@@ -205,7 +207,10 @@ class Dispatcher(InlineSpin, LoopClock):
         if lone:  # a lone wait: resume order is not at stake
             done = self._notifier._done_now(t)  # work already over: no event, no yield
             if not done:
-                window = self._inline_window()
+                window = self._window
+                if window < _aio_spin.SPIN_MIN:  # off (waits are long): probed now and then (_inline_window)
+                    self._since_probe += 1
+                    window = self._inline_window() if self._since_probe >= _aio_spin.SPIN_PROBE_EVERY else 0.0
                 done = window > 0 and self._spin_tight(t)
             if done:
                 self._quick += 1
@@ -254,7 +259,10 @@ class Dispatcher(InlineSpin, LoopClock):
                 and not self._futures
                 and not self._inline
                 and self._joined == (line is not None)
-                and self._clock_ready(loop)
+                and (
+                    (self._clock_loop is loop and self._notifier._clock_fd == self._clock_no)
+                    or self._clock_ready(loop)
+                )
             ):
                 token, due = self._notifier._watch_timed(t)  # a long wait: the loop may time it
             else:

@@ -48,6 +48,7 @@ class LoopClock:
                 clock = OneShot()
                 self._clock_close = weakref.finalize(self, _close_clock, self._notifier, clock)
                 self._clock = clock
+                self._clock_no = clock.fileno()
             if self._clock_loop is not loop:
                 loop.add_reader(clock.fileno(), self._on_clock)
                 self._clock_loop = loop
@@ -98,6 +99,7 @@ class LoopClock:
         if self._notifier.closed and self._clock_close is not None:
             self._clock_close()
             self._clock = self._clock_close = None
+            self._clock_no = -2
 
 
 def _close_clock(notifier: Notifier, clock: OneShot) -> None:

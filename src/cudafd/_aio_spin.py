@@ -63,7 +63,9 @@ class InlineSpin:
     __slots__ = ()
 
     def _inline_window(self) -> float:
-        """A lone wait's spin window in seconds (0: park on a future at once).
+        """A lone wait's spin window in seconds (0: park on a future at once),
+        once its window is off (under SPIN_MIN, _aio.Dispatcher.wait counts
+        the waits in _since_probe): SPIN_PROBE every SPIN_PROBE_EVERY waits.
 
         Only a lone wait spins inline: with others pending, futures keep the
         waits on one stream resuming in the order they were started.
@@ -71,7 +73,6 @@ class InlineSpin:
         window = self._window
         if window >= SPIN_MIN:
             return window
-        self._since_probe += 1
         if self._since_probe < SPIN_PROBE_EVERY:
             return 0.0
         self._since_probe = 0

@@ -130,6 +130,8 @@ class Notifier:
         self._fd_holds = 0
         self._close_hooks: list[Callable[[], None]] = []
         self._clock_fd = -1  # the timerfd the core arms for timed waits (_set_clock)
+        timed = getattr(self._backend, "watch_stream_timed", None)  # only the native event mechanism's
+        self._timed_watch = timed if self.mechanism == "event" else None
         self._released = False
         self._closed = False
 
@@ -185,8 +187,8 @@ class Notifier:
         own: (token, due_ns). due_ns > 0 (time.monotonic_ns()): ask _check()
         then; 0: an ordinary watch, reported by drain() (not a stream, not the
         native event mechanism, or a stream the core has no history of yet)."""
-        timed = getattr(self._backend, "watch_stream_timed", None)
-        if t.kind != "stream" or timed is None or self.mechanism != "event":
+        timed = self._timed_watch
+        if timed is None or t.kind != "stream":
             return self._watch(t, False), 0
         with self._lock:
             if self._closed:
@@ -206,7 +208,7 @@ class Notifier:
             if due != 0:
                 return due, None
             del self._pending[token]
-            return 0, _wait_error(status)
+        return 0, None if status == 0 else _wait_error(status)
 
     def _set_clock(self, fd: int) -> bool:
         """Have the core arm timerfd ``fd`` for the waits _watch_timed hands
