@@ -16,7 +16,7 @@ import pytest
 from support import run
 
 import cudafd
-from cudafd import _aio, _aio_line
+from cudafd import _aio, _aio_line, _aio_spin
 
 pytestmark = pytest.mark.asyncio_only
 
@@ -196,5 +196,37 @@ def test_the_busy_path_is_learnt_from_what_the_driver_says(dev, loop_flavor):
         parked.cancel()
         with pytest.raises(asyncio.CancelledError):
             await parked
+
+    run(loop_flavor, "event", body)
+
+
+def test_cancelling_a_later_wait_on_the_stream_does_not_strand_the_others(dev, loop_flavor, monkeypatch):
+    # A lone wait spins ahead of its watch (yielding, not watched yet) while
+    # two more waits on its stream queue behind it; the middle one is
+    # cancelled. Its own place in the stream's line must go (places are told
+    # apart by identity, not by value): taking the first one's instead would
+    # leave the last one behind a place that never watches, yielding
+    # forever, and the first one's exit would find no place of its own.
+    monkeypatch.setattr(_aio_spin, "AHEAD_MAX", 0.05)
+    shared = dev.stream()
+
+    async def body(api):
+        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
+        d._window = _aio_spin.SPIN_MAX  # the first wait spins (its window is on)
+        d._tight = False
+        shared.launch(0.2)
+        first = asyncio.ensure_future(api.notifier.wait(shared))
+        await asyncio.sleep(0)
+        assert d._inline, "the first wait spins ahead of its watch"
+        later = [asyncio.ensure_future(api.notifier.wait(shared)) for _ in range(2)]
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert [w.unwatched for w in d._lines[shared.handle].waits] == [True, True, True]
+        later[0].cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await later[0]
+        await asyncio.wait_for(asyncio.gather(first, later[1]), 5.0)
+        assert d._joined == 0 and not any(line.waits for line in d._lines.values())
+        assert api.notifier.pending == 0
 
     run(loop_flavor, "event", body)

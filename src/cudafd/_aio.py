@@ -58,7 +58,9 @@ from ._aio_line import (
     BUSY_CREDIT_MAX,
     BUSY_PROBE_EVERY,
     LINES_KEEP,
+    WATCHED,
     Line,
+    Place,
     ahead_unwatched,
 )
 from ._aio_spin import InlineSpin
@@ -87,7 +89,6 @@ _NO_READER = (
 )
 
 
-_WATCHED = [False]  # the place of a wait that keeps none (not on a stream)
 
 
 def _add_reader(loop: asyncio.AbstractEventLoop, notifier: Notifier, callback: Callable[[], object]) -> int:
@@ -220,12 +221,12 @@ class Dispatcher(InlineSpin, LoopClock):
                 return
             self._quick = 0
         line = None
-        me = _WATCHED
+        me = WATCHED
         if t.kind == "stream":  # from its first suspension on, it keeps its place (_aio_line)
             line = self._lines.get(t.handle)
             if line is None:
                 line = self._lines[t.handle] = Line()
-            me = [True]
+            me = Place()
             line.waits.append(me)
             self._joined += 1
         try:
@@ -267,7 +268,7 @@ class Dispatcher(InlineSpin, LoopClock):
                 token, due = self._notifier._watch_timed(t)  # a long wait: the loop may time it
             else:
                 token = self._watch(t, False)
-            me[0] = False  # its record is in: later waits on the stream may watch
+            me.unwatched = False  # its record is in: later waits on the stream may watch
             if window > 0 and await self._wait_inline(token, t, window):
                 return
             fut = loop.create_future()

@@ -34,28 +34,41 @@ from __future__ import annotations
 
 from collections import deque
 
-__all__ = ["BUSY_CREDIT_MAX", "BUSY_PROBE_EVERY", "LINES_KEEP", "Line", "ahead_unwatched"]
+__all__ = ["BUSY_CREDIT_MAX", "BUSY_PROBE_EVERY", "LINES_KEEP", "Line", "Place", "WATCHED", "ahead_unwatched"]
 
 BUSY_CREDIT_MAX = 8  # hits banked against later misses
 BUSY_PROBE_EVERY = 64  # waits between tries while the busy path is off
 LINES_KEEP = 256  # empty lines kept (one per stream seen) before they are dropped
 
 
+class Place:
+    """One wait's place in its stream's Line. Places are equal only to
+    themselves, so a wait that leaves its line (done, cancelled) takes out
+    its own place and no other, whatever state the others are in."""
+
+    __slots__ = ("unwatched",)
+
+    def __init__(self, unwatched: bool = True) -> None:
+        self.unwatched = unwatched  # True until the wait's record is in (it watched)
+
+
+WATCHED = Place(False)  # the place of a wait that keeps none (not on a stream)
+
+
 class Line:
-    """The waits pending on one stream, oldest first: each a one-item list,
-    ``[True]`` while that wait has not watched yet."""
+    """The waits pending on one stream, oldest first."""
 
     __slots__ = ("waits",)
 
     def __init__(self) -> None:
-        self.waits: deque[list[bool]] = deque()
+        self.waits: deque[Place] = deque()
 
 
-def ahead_unwatched(line: Line, me: list[bool]) -> bool:
+def ahead_unwatched(line: Line, me: Place) -> bool:
     """True while a wait started before ``me`` on its stream has not watched yet."""
     for w in line.waits:
         if w is me:
             return False
-        if w[0]:
+        if w.unwatched:
             return True
     return False
