@@ -16,8 +16,6 @@ rotated by one each round:
   bound_steps  bound_loop, its steps timed the same way (launch, record,
                arm, clear, sync)
   no_ask       cudafd without the lone wait's "already over?" query
-  no_disarm    cudafd without the deferred unregistering after each wait
-               (one call_soon per wait)
   minimal      the core's timed wait with the least Python around it: the
                backend's watch_stream_timed, a future, and a reader on the
                clock the core arms that calls the backend's check (what a
@@ -37,7 +35,7 @@ from cudafd._bench.child import new_loop
 from cudafd._bench.gpu import Gpu
 from cudafd._bench.methods import Kit, make
 
-VARIANTS = ("bound_loop", "bound_steps", "cudafd", "cudafd_steps", "no_ask", "no_disarm", "minimal")
+VARIANTS = ("bound_loop", "bound_steps", "cudafd", "cudafd_steps", "no_ask", "minimal")
 STEPPED = {"cudafd_steps": "cudafd", "bound_steps": "bound"}
 
 
@@ -56,7 +54,6 @@ def timed(fn, into: dict, key: str):
 
 def variants(gpu: Gpu, kit: Kit, stream: int, steps: dict) -> dict:
     import cudafd
-    from cudafd import _aio
     from cudafd._timerfd import OneShot
 
     out = {"bound_loop": make("bound_loop", kit, stream), "cudafd": make("cudafd_event", kit, stream)}
@@ -85,20 +82,6 @@ def variants(gpu: Gpu, kit: Kit, stream: int, steps: dict) -> dict:
 
     out["cudafd_steps"] = with_steps
 
-    q = cudafd.Notifier("event")
-    kit.on_close(q.close)
-
-    keep = _aio.Dispatcher._disarm_later
-
-    async def no_disarm(seconds: float) -> None:
-        launch(seconds)
-        _aio.Dispatcher._disarm_later = lambda self: None  # type: ignore[method-assign]
-        try:
-            await q.wait(stream)
-        finally:
-            _aio.Dispatcher._disarm_later = keep  # type: ignore[method-assign]
-
-    out["no_disarm"] = no_disarm
 
     drv = gpu.drv
     ev = gpu.event(0)

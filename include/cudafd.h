@@ -148,8 +148,14 @@ int cudafd_check(cudafd_notifier *n, uint64_t token, int64_t *status, int64_t *d
  * (*due_ns 0 from the watch, -1 from the check), so a wait is never left
  * without a timer. For a caller that times one wait at a time: each due
  * replaces the last. -1 stops it. The fd stays the caller's: set -1 before
- * closing it. CUDAFD_E_INVALID if it is not a timerfd. */
-int cudafd_set_clock(cudafd_notifier *n, int timerfd);
+ * closing it. CUDAFD_E_INVALID if it is not a timerfd.
+ * idle_ns > 0: a check that returns 0 (the wait ended) arms the clock
+ * idle_ns later instead of disarming it, in the same call; a later watch
+ * re-arms it for its own due. So the clock fires with no timed wait pending
+ * once no timed wait followed for idle_ns: a caller may then unregister
+ * what it keeps registered between waits, at no cost per wait. 0: never;
+ * negative: CUDAFD_E_INVALID. */
+int cudafd_set_clock(cudafd_notifier *n, int timerfd, int64_t idle_ns);
 /* Already passed? 1 when every piece of work enqueued on `stream` so far has
  * finished without error, else 0: still running, faulted, or not a live
  * stream (watch it to learn which). A cheap check before a watch, so a wait

@@ -279,3 +279,112 @@ def test_a_timed_stream_whose_waits_got_shorter_is_learnt_again(dev, loop_flavor
         assert max(took[-3:]) < 0.007, [f"{t * 1e3:.1f} ms" for t in took]
 
     run(loop_flavor, "event", body)
+
+
+@pytest.mark.asyncio_only
+def test_after_its_last_timed_wait_a_dispatcher_unregisters_without_a_callback_per_wait(dev, loop_flavor, monkeypatch):
+    # While timed waits keep coming, nothing is scheduled per wait; once none
+    # came for IDLE_S the clock (armed that long after each wait by the core)
+    # fires with no wait pending, and the dispatcher unregisters.
+    s = dev.stream()
+
+    async def body(api):
+        await _settle(api, s)
+        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
+        scheduled = []
+        real = _aio.Dispatcher._check_idle_later
+        monkeypatch.setattr(_aio.Dispatcher, "_check_idle_later", lambda self: scheduled.append(1) or real(self))
+        before = cudafd.stats()["timed"]
+        for _ in range(10):
+            s.launch(LONG)
+            await api.notifier.wait(s)
+            assert d._armed and d._clock_ref is not None  # still registered, for the next wait
+        assert cudafd.stats()["timed"] - before >= 5
+        assert not scheduled  # no loop timer, no callback: the core's clock is the idle timer
+        start = time.monotonic()
+        while d._armed and time.monotonic() - start < 5:
+            await asyncio.sleep(_aio.IDLE_S / 4)
+        assert not d._armed and d._clock_ref is None
+        assert time.monotonic() - start < 2 * _aio.IDLE_S + 0.5
+        s.launch(LONG)  # and waits go on as before
+        await api.notifier.wait(s)
+
+    run(loop_flavor, "event", body)
+
+
+@pytest.mark.asyncio_only
+@pytest.mark.parametrize("timed", [True, False], ids=["timed", "fd"])
+def test_an_idle_dispatcher_does_not_keep_its_loop_or_default_notifier_alive(dev, loop_flavor, timed):
+    # A loop closed right after its last wait (its dispatcher still
+    # registered, as it stays for a while) can be collected, and with it goes
+    # its default Notifier: an idle dispatcher holds its loop weakly.
+    import gc
+    import weakref
+
+    s = dev.stream()
+
+    async def body():
+        for _ in range(12):
+            s.launch(LONG if timed else 0.0005)
+            await cudafd.wait(s)
+        d = _aio.default_dispatcher(asyncio.get_running_loop())
+        assert d._armed
+        return d._notifier
+
+    if loop_flavor == "uvloop":
+        import uvloop
+
+        loop = uvloop.new_event_loop()
+    else:
+        loop = asyncio.SelectorEventLoop()
+    notifier = loop.run_until_complete(body())
+    loop.close()
+    gone = weakref.ref(loop)
+    del loop
+    gc.collect()
+    assert gone() is None, gc.get_referrers(gone())
+    assert notifier.closed
+
+
+@pytest.mark.asyncio_only
+def test_an_idle_dispatcher_takes_nothing_from_the_loop_that_waits_next(dev, loop_flavor, monkeypatch):
+    # One Notifier, two loops in turn: the first, still registered though
+    # idle (for long here), keeps running while a second loop, in a thread,
+    # waits on the Notifier. The first must not drain what is the second's.
+    import threading
+
+    from cudafd import _aio_clock
+
+    monkeypatch.setattr(_aio_clock, "IDLE_S", 10.0)
+    monkeypatch.setattr(_aio, "IDLE_S", 10.0)
+    s, other = dev.stream(), dev.stream()
+
+    async def body(api):
+        for _ in range(12):
+            s.launch(LONG)
+            await api.notifier.wait(s)
+        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
+        assert d._armed
+        result = {}
+
+        def second_loop():
+            async def waits():
+                for _ in range(20):
+                    other.launch(0.001)
+                    await asyncio.wait_for(api.notifier.wait(other), 5.0)
+                return "ok"
+
+            try:
+                result["second"] = asyncio.run(waits())
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                result["second"] = repr(exc)
+
+        thread = threading.Thread(target=second_loop)
+        thread.start()
+        while thread.is_alive():  # this loop runs on, its dispatcher registered at first
+            await asyncio.sleep(0.0005)
+        thread.join()
+        assert result["second"] == "ok"
+        assert api.notifier.pending == 0
+
+    run(loop_flavor, "event", body)

@@ -165,6 +165,7 @@ struct cudafd_notifier {
     size_t qhead, qlen, qcap;
     uint64_t seq; /* completions pushed (and closes): readable without a lock */
     int clock;    /* the caller's timerfd for waits it times (cudafd_set_clock), or -1; g.mu */
+    int64_t clock_idle; /* armed this long after a check ended a wait (0: disarmed then); g.mu */
 };
 void cfd_notifier_push(struct cudafd_notifier *n, uint64_t token, int64_t status); /* g.mu held */
 

@@ -52,6 +52,7 @@ CFD_API int cudafd_notifier_create(int mechanism, cudafd_notifier **out)
     }
     n->mech = mechanism;
     n->clock = -1;
+    n->clock_idle = 0;
     pthread_mutex_init(&n->mu, NULL);
     pthread_mutex_lock(&g.mu);
     g.nopen++;

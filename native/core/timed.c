@@ -10,7 +10,8 @@
  * history), the caller asks cudafd_check then, and learns the status right
  * there, with no thread of ours woken and no completion queued. With
  * cudafd_set_clock the core arms the caller's timerfd for each such time
- * and disarms it when a check ends the wait.
+ * and disarms it when a check ends the wait (or arms it idle_ns later, so
+ * the caller learns that no wait followed for that long).
  *
  * Such a lane (state LANE_CALLER, in g.caller_list) holds one wait and is
  * owned by the caller's check, which alone pops it; its query runs unlocked
@@ -186,8 +187,11 @@ CFD_API int cudafd_check(cudafd_notifier *n, uint64_t token, int64_t *status, in
         *due_ns = l->next_poll;
     }
     l->polling = false; /* only now: a fault swept by that pop may have asked for the lane back */
-    if (n->clock >= 0 && !clock_arm(n->clock, *due_ns) && *due_ns > 0)
-        *due_ns = -1; /* it could not be armed: the poller takes the wait */
+    if (n->clock >= 0) {
+        int64_t at = *due_ns > 0 ? *due_ns : *due_ns == 0 && n->clock_idle > 0 ? now + n->clock_idle : 0;
+        if (!clock_arm(n->clock, at) && *due_ns > 0)
+            *due_ns = -1; /* it could not be armed: the poller takes the wait */
+    }
     if (*due_ns <= 0)
         l->hand_back = true; /* done with it: the lane goes to the poller, or is freed if empty */
     if (l->hand_back)
@@ -196,15 +200,18 @@ CFD_API int cudafd_check(cudafd_notifier *n, uint64_t token, int64_t *status, in
     return rc;
 }
 
-CFD_API int cudafd_set_clock(cudafd_notifier *n, int timerfd)
+CFD_API int cudafd_set_clock(cudafd_notifier *n, int timerfd, int64_t idle_ns)
 {
     if (!n)
         return cfd_fail(CUDAFD_E_INVALID, "notifier is NULL");
+    if (idle_ns < 0)
+        return cfd_fail(CUDAFD_E_INVALID, "idle_ns is negative (%lld)", (long long)idle_ns);
     struct itimerspec t;
     if (timerfd >= 0 && timerfd_gettime(timerfd, &t) != 0)
         return cfd_fail(CUDAFD_E_INVALID, "fd %d is not a timerfd: %s", timerfd, strerror(errno));
     pthread_mutex_lock(&g.mu);
     n->clock = timerfd < 0 ? -1 : timerfd;
+    n->clock_idle = timerfd < 0 ? 0 : idle_ns;
     pthread_mutex_unlock(&g.mu);
     return CUDAFD_OK;
 }

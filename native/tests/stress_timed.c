@@ -233,8 +233,9 @@ static bool readable(int fd, int timeout_ms)
 }
 
 /* cudafd_set_clock: the core arms the caller's timerfd at each due, disarms
- * it when a check ends the wait or hands it back, and leaves the wait to the
- * poller when the clock cannot be armed. */
+ * it when a check ends the wait or hands it back (or, with idle_ns, arms it
+ * that long after a check ended a wait), and leaves the wait to the poller
+ * when the clock cannot be armed. */
 static void test_timed_clock(CUcontext ctx)
 {
     cudafd_notifier *n = NULL;
@@ -243,9 +244,10 @@ static void test_timed_clock(CUcontext ctx)
     int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     int pipefd[2];
     CHECK(pipe(pipefd) == 0, "pipe");
-    CHECK(cudafd_set_clock(n, pipefd[0]) == CUDAFD_E_INVALID, "a pipe is not a timerfd");
-    CHECK(cudafd_set_clock(NULL, tfd) == CUDAFD_E_INVALID, "NULL notifier");
-    CHECK(cudafd_set_clock(n, tfd) == CUDAFD_OK, "set the clock");
+    CHECK(cudafd_set_clock(n, pipefd[0], 0) == CUDAFD_E_INVALID, "a pipe is not a timerfd");
+    CHECK(cudafd_set_clock(NULL, tfd, 0) == CUDAFD_E_INVALID, "NULL notifier");
+    CHECK(cudafd_set_clock(n, tfd, -1) == CUDAFD_E_INVALID, "a negative idle time");
+    CHECK(cudafd_set_clock(n, tfd, 0) == CUDAFD_OK, "set the clock");
     for (int i = 0; i < 3; i++)
         learn(n, s, 2000000);
     uint64_t t, t2;
@@ -264,6 +266,15 @@ static void test_timed_clock(CUcontext ctx)
     CHECK(due == 0 && status == 0 && checks > 0, "found by checks when the clock fired (%d, due %lld)", checks,
           (long long)due);
     CHECK(!clock_armed(tfd) && !readable(tfd, 0), "the check that ended it disarmed the clock");
+    CHECK(cudafd_set_clock(n, tfd, 30000000) == CUDAFD_OK, "an idle time of 30 ms");
+    sim_launch(s, 2000000, 0);
+    cudafd_watch_stream_timed(n, (uintptr_t)s, &t, &due);
+    CHECK(due > 0 && check_until(n, t, due, &status, &checks) == 0, "timed with an idle time");
+    double ended = now_s();
+    CHECK(clock_armed(tfd) && !readable(tfd, 0), "the check that ended it armed the idle time");
+    CHECK(readable(tfd, 5000) && now_s() - ended >= 0.025, "the clock fired idle (after %.1f ms)",
+          (now_s() - ended) * 1e3);
+    CHECK(cudafd_set_clock(n, tfd, 0) == CUDAFD_OK, "no idle time");
     sim_launch(s, 3000000, 0);
     cudafd_watch_stream_timed(n, (uintptr_t)s, &t, &due);
     CHECK(due > 0 && clock_armed(tfd), "armed again");
@@ -277,7 +288,7 @@ static void test_timed_clock(CUcontext ctx)
     CHECK(cudafd_watch_stream_timed(n, (uintptr_t)s, &t, &due) == CUDAFD_OK && due == 0,
           "a clock that cannot be armed: an ordinary watch (due %lld)", (long long)due);
     CHECK(collect(n, c, 1, 5.0) == 1 && c[0].token == t && c[0].status == 0, "and the fd reports it");
-    CHECK(cudafd_set_clock(n, -1) == CUDAFD_OK, "clock unset");
+    CHECK(cudafd_set_clock(n, -1, 0) == CUDAFD_OK, "clock unset");
     sim_launch(s, 2000000, 0);
     cudafd_watch_stream_timed(n, (uintptr_t)s, &t, &due);
     CHECK(due > 0 && check_until(n, t, due, &status, &checks) == 0, "timed without a clock again");

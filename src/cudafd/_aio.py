@@ -53,7 +53,7 @@ import weakref
 from collections.abc import Callable
 
 from . import _aio_spin
-from ._aio_clock import LoopClock
+from ._aio_clock import IDLE_S, LoopClock, weakly
 from ._aio_line import (
     BUSY_CREDIT_MAX,
     BUSY_PROBE_EVERY,
@@ -70,6 +70,7 @@ from ._targets import resolve
 from ._timerfd import OneShot
 
 __all__ = [
+    "IDLE_S",
     "Dispatcher",
     "dispatcher",
     "default_dispatcher",
@@ -135,13 +136,15 @@ class Dispatcher(InlineSpin, LoopClock):
         "_drain",
         "_poll",
         "_polling",
-        "_loop",
+        "_loop_ref",
         "_thread",
         "_armed",
         "_fd",
         "_timer",
         "_delay",
-        "_disarm_queued",
+        "_idle_pending",
+        "_idles",
+        "_idles_seen",
         "_window",
         "_since_probe",
         "_inline",
@@ -151,7 +154,7 @@ class Dispatcher(InlineSpin, LoopClock):
         "_tight",
         "_since_tight",
         "_clock",
-        "_clock_loop",
+        "_clock_ref",
         "_clock_no",
         "_clock_close",
         "_timed",
@@ -170,12 +173,14 @@ class Dispatcher(InlineSpin, LoopClock):
         self._drain = notifier.drain
         self._poll = notifier.poll
         self._polling = notifier.needs_polling
-        self._loop: asyncio.AbstractEventLoop | None = None  # set while armed only
+        self._loop_ref: Callable[[], asyncio.AbstractEventLoop | None] | None = None  # while armed: the loop, weakly
         self._armed = False
         self._fd = -1
         self._timer: asyncio.TimerHandle | None = None
         self._delay = POLL_MIN
-        self._disarm_queued = False
+        self._idle_pending = False  # an _idle_check is scheduled
+        self._idles = 0  # times the last future went (the check compares)
+        self._idles_seen = 0
         self._thread = 0
         self._window = _aio_spin.SPIN_START
         self._since_probe = 0
@@ -187,7 +192,7 @@ class Dispatcher(InlineSpin, LoopClock):
         self._tight = True  # lone waits query back to back first (_spin_tight)
         self._since_tight = 0
         self._clock: OneShot | None = None  # the timerfd of waits the loop times (made on first use)
-        self._clock_loop: asyncio.AbstractEventLoop | None = None  # where it is registered
+        self._clock_ref: Callable[[], asyncio.AbstractEventLoop | None] | None = None  # registered: the loop, weakly
         self._clock_no = -2  # its fd number (-2: none; the Notifier's _clock_fd is >= -1)
         self._clock_close: weakref.finalize | None = None
         self._timed = 0  # the token the clock is armed for (0: none)
@@ -261,7 +266,7 @@ class Dispatcher(InlineSpin, LoopClock):
                 and not self._inline
                 and self._joined == (line is not None)
                 and (
-                    (self._clock_loop is loop and self._notifier._clock_fd == self._clock_no)
+                    (self._clock_ref is not None and self._notifier._clock_fd == self._clock_no)
                     or self._clock_ready(loop)
                 )
             ):
@@ -283,7 +288,7 @@ class Dispatcher(InlineSpin, LoopClock):
                 del futures[token]
                 self._cancel(token)
                 if not futures:
-                    self._disarm_later()
+                    self._went_idle()
                 raise
             try:
                 await fut
@@ -295,7 +300,7 @@ class Dispatcher(InlineSpin, LoopClock):
                     del futures[token]
                     self._cancel(token)
                     if not futures:
-                        self._disarm_later()
+                        self._went_idle()
         finally:
             if line is not None:
                 self._joined -= 1
@@ -343,43 +348,66 @@ class Dispatcher(InlineSpin, LoopClock):
             self._timer = loop.call_later(POLL_MIN, self._on_timer)
         else:
             self._fd = _add_reader(loop, self._notifier, self._on_readable)
-        self._loop = loop
+        self._loop_ref = weakly(loop)
         self._thread = threading.get_ident()
         self._armed = True
 
-    def _disarm_later(self) -> None:
-        if not self._disarm_queued and self._loop is not None:
-            self._disarm_queued = True
-            try:
-                self._loop.call_soon(self._maybe_disarm)
-            except RuntimeError:  # the loop is closed
-                self._disarm_queued = False
-                self._disarm()
+    def _went_idle(self) -> None:
+        """The last future went. The reader stays registered while waits keep
+        coming, so a coroutine that awaits again soon (most do) pays neither
+        an unregister/register pair nor a callback per wait; _idle_check
+        unregisters once IDLE_S went by without one. Meanwhile the loop is
+        held only weakly, so an idle loop can still be collected."""
+        self._idles += 1
+        if not self._idle_pending and self._armed:
+            self._check_idle_later()
+
+    def _check_idle_later(self) -> None:
+        loop = self._loop_ref() if self._loop_ref is not None else None
+        try:
+            if loop is None:
+                raise RuntimeError("the loop is gone")
+            loop.call_later(IDLE_S, self._idle_check)
+            self._idle_pending = True
+        except RuntimeError:  # the loop is closed (or gone): nothing to wait for
+            self._disarm()
+
+    def _idle_check(self) -> None:
+        self._idle_pending = False
+        if not self._armed or self._busy():
+            return  # disarmed already, or waiting again: its next idle checks again
+        if self._idles != self._idles_seen:  # waits came and went since the last look
+            self._idles_seen = self._idles
+            self._check_idle_later()
+            return
+        self._disarm()
 
     def _maybe_disarm(self) -> None:
-        self._disarm_queued = False
         if not self._futures:
             self._disarm()
 
     def _notifier_closed(self) -> None:
         """Close hook (any thread): give the fd back now if nothing waits, so close() releases it."""
-        loop = self._loop
-        if loop is None:
+        if not self._armed:
             return
-        if threading.get_ident() == self._thread:
+        loop = self._loop_ref() if self._loop_ref is not None else None
+        if loop is None or loop.is_closed():  # nothing is registered any more
+            self._disarm()
+        elif threading.get_ident() == self._thread:
             if not self._futures:
                 self._disarm()
         else:
             try:
                 loop.call_soon_threadsafe(self._maybe_disarm)
-            except RuntimeError:  # the loop is closed
-                pass
+            except RuntimeError:  # closed meanwhile
+                self._disarm()
 
     def _disarm(self) -> None:
         if not self._armed:
             return
         self._stop_clock()
-        loop, self._loop = self._loop, None
+        loop = self._loop_ref() if self._loop_ref is not None else None
+        self._loop_ref = None
         self._armed = False
         timer, self._timer = self._timer, None
         fd, self._fd = self._fd, -1
@@ -413,6 +441,9 @@ class Dispatcher(InlineSpin, LoopClock):
                 fut.set_exception(exc)
 
     def _on_readable(self) -> None:
+        if not self._futures and not self._inline:  # idle: whatever is queued is not ours to take
+            self._disarm()  # (another loop or trio run may be waiting on this Notifier now)
+            return
         try:
             results = self._drain()
         except Exception as exc:  # the native core failed: fail every waiter rather than hang
@@ -423,7 +454,7 @@ class Dispatcher(InlineSpin, LoopClock):
             if self._notifier.closed:
                 self._disarm()  # let the Notifier release its fd now
             else:
-                self._disarm_later()
+                self._went_idle()
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -439,8 +470,9 @@ class Dispatcher(InlineSpin, LoopClock):
             self._disarm()
             return
         self._delay = POLL_MIN if results else min(self._delay * 2, POLL_MAX)
-        if self._loop is not None:
-            self._timer = self._loop.call_later(self._delay, self._on_timer)
+        loop = self._loop_ref() if self._loop_ref is not None else None
+        if loop is not None:
+            self._timer = loop.call_later(self._delay, self._on_timer)
 
 
 # ---- dispatcher lookup ------------------------------------------------------

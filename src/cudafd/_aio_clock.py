@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Callable
 
 from ._notifier import Notifier
 from ._timerfd import OneShot
 
-__all__ = ["LoopClock"]
+IDLE_S = 0.02  # a Dispatcher stays registered this long (up to twice) after its last wait
+
+__all__ = ["IDLE_S", "LoopClock", "weakly"]
 
 
 class LoopClock:
@@ -39,7 +42,7 @@ class LoopClock:
         core arms (cudafd_set_clock): then a wait can be timed by the loop.
         False where it cannot (no timerfd here, a polling Notifier)."""
         clock = self._clock
-        if clock is not None and self._clock_loop is loop and self._notifier._clock_fd == clock.fileno():
+        if clock is not None and self._clock_ref is not None and self._notifier._clock_fd == clock.fileno():
             return True
         if self._polling:
             return False
@@ -49,16 +52,21 @@ class LoopClock:
                 self._clock_close = weakref.finalize(self, _close_clock, self._notifier, clock)
                 self._clock = clock
                 self._clock_no = clock.fileno()
-            if self._clock_loop is not loop:
+            if self._clock_ref is None:  # (a Dispatcher serves one loop)
                 loop.add_reader(clock.fileno(), self._on_clock)
-                self._clock_loop = loop
-            return self._notifier._clock_fd == clock.fileno() or self._notifier._set_clock(clock.fileno())
+                self._clock_ref = weakly(loop)
+            fd = clock.fileno()
+            return self._notifier._clock_fd == fd or self._notifier._set_clock(fd, int(IDLE_S * 1e9))
         except OSError:
             return False
 
     def _on_clock(self) -> None:
         """The clock fired: ask the core after the timed wait. The core re-arms
-        the clock (still running) or disarms it (over, or the fd reports it)."""
+        the clock (still running), arms it IDLE_S later (over), or disarms it
+        (the fd reports it). Fired with no timed wait: no timed wait followed
+        the last one for IDLE_S, so, unless others wait, the Dispatcher
+        unregisters (_disarm): the idle timer of timed waits, which costs no
+        call per wait (_aio._went_idle is that of the others)."""
         clock = self._clock
         if clock is None:
             return
@@ -67,6 +75,8 @@ class LoopClock:
         if fut is None or fut.done():
             self._timed = 0
             clock.disarm()
+            if not self._busy():
+                self._disarm()
             return
         try:
             due, exc = self._notifier._check(token)
@@ -84,12 +94,12 @@ class LoopClock:
             fut.set_result(None)
         else:
             fut.set_exception(exc)
-        if not self._futures:
-            self._disarm_later()
+        # no _went_idle(): the core armed the clock IDLE_S from now, and that is the idle timer
 
     def _stop_clock(self) -> None:
         """Unregister the clock (on _disarm); close it too once the Notifier is closed."""
-        loop, self._clock_loop = self._clock_loop, None
+        ref, self._clock_ref = self._clock_ref, None
+        loop = ref() if ref is not None else None
         self._timed = 0
         if loop is not None and self._clock is not None:
             try:
@@ -100,6 +110,15 @@ class LoopClock:
             self._clock_close()
             self._clock = self._clock_close = None
             self._clock_no = -2
+
+
+def weakly(loop: asyncio.AbstractEventLoop) -> Callable[[], asyncio.AbstractEventLoop | None]:
+    """A weak reference to ``loop`` (a strong one for a loop that refuses weak
+    references): what a Dispatcher keeps of its loop, so an idle loop can go."""
+    try:
+        return weakref.ref(loop)
+    except TypeError:
+        return lambda: loop
 
 
 def _close_clock(notifier: Notifier, clock: OneShot) -> None:

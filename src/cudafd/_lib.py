@@ -92,7 +92,7 @@ _PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "cudafd_cancel": (c_int, [c_void_p, c_uint64]),
     "cudafd_watch_stream_timed": (c_int, [c_void_p, c_size_t, POINTER(c_uint64), POINTER(c_int64)]),
     "cudafd_check": (c_int, [c_void_p, c_uint64, POINTER(c_int64), POINTER(c_int64)]),
-    "cudafd_set_clock": (c_int, [c_void_p, c_int]),
+    "cudafd_set_clock": (c_int, [c_void_p, c_int, c_int64]),
     "cudafd_stream_done": (c_int, [c_size_t]),
     "cudafd_event_done": (c_int, [c_size_t]),
     "cudafd_drain": (c_int, [c_void_p, POINTER(Completion), c_int]),

@@ -87,10 +87,11 @@ class NativeBackend:
             _lib.raise_for(self._lib, rc, "checking a wait")
         return self._status.value, self._due.value
 
-    def set_clock(self, fd: int) -> None:
+    def set_clock(self, fd: int, idle_ns: int = 0) -> None:
         """Have the core arm timerfd ``fd`` at each due it hands out, and disarm it
-        when a check ends the wait (cudafd_set_clock); -1 stops it."""
-        rc = self._lib.cudafd_set_clock(self._ptr, fd)
+        when a check ends the wait, or arm it ``idle_ns`` later (cudafd_set_clock);
+        -1 stops it."""
+        rc = self._lib.cudafd_set_clock(self._ptr, fd, idle_ns)
         if rc:
             _lib.raise_for(self._lib, rc, "setting the clock")
 

@@ -210,15 +210,16 @@ class Notifier:
             del self._pending[token]
         return 0, None if status == 0 else _wait_error(status)
 
-    def _set_clock(self, fd: int) -> bool:
+    def _set_clock(self, fd: int, idle_ns: int = 0) -> bool:
         """Have the core arm timerfd ``fd`` for the waits _watch_timed hands
-        out, and disarm it when _check ends one (-1: stop). False where it
-        cannot (another backend, or released): the caller arms its own."""
+        out, and disarm it when _check ends one, or arm it ``idle_ns`` later
+        (-1: stop). False where it cannot (another backend, or released): the
+        caller arms its own."""
         with self._lock:
             set_clock = getattr(self._backend, "set_clock", None)
             if set_clock is None or self._released:
                 return False
-            set_clock(fd)
+            set_clock(fd, idle_ns)
             self._clock_fd = fd
             return True
 

@@ -249,6 +249,8 @@ def resolve(target: object) -> Target:
     kept in ``Target.keep``.
     """
     tp = type(target)
+    if tp is int and 0 <= target < 1 << 64:  # type: ignore[operator]  # a raw CUstream: the common case, no call
+        return Target("stream", target, target)  # type: ignore[arg-type]
     resolver = _cache.get(tp)
     if resolver is None:
         resolver = _resolver_for(tp)
