@@ -62,6 +62,7 @@ from ._aio_line import (
     Line,
     Place,
     ahead_unwatched,
+    yield_once,
 )
 from ._aio_spin import InlineSpin
 from ._errors import CudafdError
@@ -222,7 +223,7 @@ class Dispatcher(InlineSpin, LoopClock):
                 self._quick += 1
                 if self._quick >= QUICK_YIELD_EVERY:  # but never starve the loop
                     self._quick = 0
-                    await asyncio.sleep(0)
+                    await yield_once()
                 return
             self._quick = 0
         line = None
@@ -245,9 +246,9 @@ class Dispatcher(InlineSpin, LoopClock):
             elif not lone and line is not None:  # a busy loop, maybe (_aio_line)
                 head = line.waits[0] is me
                 if (self._busy_credit >= 0 or self._busy_probe()) if head else ahead_unwatched(line, me):
-                    await asyncio.sleep(0)  # the other tasks run: by then its work is likely over
+                    await yield_once()  # the other tasks run: by then its work is likely over
                     while line.waits[0] is not me and ahead_unwatched(line, me):
-                        await asyncio.sleep(0)
+                        await yield_once()
                     over = line.waits[0] is me and self._notifier._done_now(t)
                     if head:  # learn whether it pays: a hit banks credit, a miss spends it
                         credit = self._busy_credit

@@ -32,13 +32,31 @@ have. Waits on events are independent of each other and take no part.
 
 from __future__ import annotations
 
+import types
 from collections import deque
+from collections.abc import Generator
 
-__all__ = ["BUSY_CREDIT_MAX", "BUSY_PROBE_EVERY", "LINES_KEEP", "Line", "Place", "WATCHED", "ahead_unwatched"]
+__all__ = [
+    "BUSY_CREDIT_MAX",
+    "BUSY_PROBE_EVERY",
+    "LINES_KEEP",
+    "Line",
+    "Place",
+    "WATCHED",
+    "ahead_unwatched",
+    "yield_once",
+]
 
 BUSY_CREDIT_MAX = 8  # hits banked against later misses
 BUSY_PROBE_EVERY = 64  # waits between tries while the busy path is off
 LINES_KEEP = 256  # empty lines kept (one per stream seen) before they are dropped
+
+
+@types.coroutine
+def yield_once() -> Generator[None, None, None]:
+    """``await yield_once()``: let every other ready task run once, as
+    ``await asyncio.sleep(0)`` does, without its function call."""
+    yield
 
 
 class Place:

@@ -37,9 +37,9 @@ sleep(0)-polling latency without its endless CPU.
 
 from __future__ import annotations
 
-import asyncio
 import time
 
+from ._aio_line import yield_once
 from ._targets import Target
 
 __all__ = ["InlineSpin"]
@@ -114,7 +114,7 @@ class InlineSpin:
         deadline = start + window
         try:
             while True:
-                await asyncio.sleep(0)
+                await yield_once()
                 failed = inline[key]
                 if failed is not _PENDING:
                     raise failed  # type: ignore[misc]
@@ -164,7 +164,7 @@ class InlineSpin:
                     continue
                 if _now() >= deadline:
                     break
-                await asyncio.sleep(0)
+                await yield_once()
         except BaseException:
             if inline.pop(token, _PENDING) is _PENDING:
                 self._cancel(token)  # cancelled while spinning: detach (GPU work goes on)

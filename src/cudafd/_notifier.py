@@ -130,6 +130,8 @@ class Notifier:
         self._fd_holds = 0
         self._close_hooks: list[Callable[[], None]] = []
         self._clock_fd = -1  # the timerfd the core arms for timed waits (_set_clock)
+        self._stream_done = self._backend.stream_done  # for _done_now, looked up once
+        self._event_done = self._backend.event_done
         timed = getattr(self._backend, "watch_stream_timed", None)  # only the native event mechanism's
         self._timed_watch = timed if self.mechanism == "event" else None
         self._released = False
@@ -226,13 +228,13 @@ class Notifier:
     def _done_now(self, t: Target) -> bool:
         """True when ``t`` (stream or event) has finished without error by now: one driver
         query, no lock. False while it runs, after a fault, or once closed (the wait reports those)."""
-        backend = self._backend
-        if self._closed or backend is None:
+        if self._closed:
             return False
-        if t.kind == "stream":
-            return bool(backend.stream_done(t.handle))
-        if t.kind == "event":
-            return bool(backend.event_done(t.handle))
+        kind = t.kind
+        if kind == "stream":
+            return self._stream_done(t.handle) == 1  # (ctypes gives 0 or 1)
+        if kind == "event":
+            return self._event_done(t.handle) == 1
         return True
 
     def cancel(self, token: int) -> bool:
