@@ -23,7 +23,7 @@ if [[ $want == *bench* ]]; then
   timeout 120 python3 bench/await_breakdown.py >> "$OUT/bench.log" 2>&1
   summary+=("await breakdown:" "$(sed -n '/await_breakdown/,$p' "$OUT/bench.log")")
   # probes for the CPU and bubble figures (bench/README.md); one file: the device returns few
-  { echo "== bench/wait_cost.py"; timeout 120 python3 bench/wait_cost.py
+  { echo "== bench/lone_cost.py"; timeout 150 python3 bench/lone_cost.py --rounds 5
     echo "== bench/thread_cost.py"; timeout 60 python3 bench/thread_cost.py
     echo "== bench/cold_cost.py"; timeout 60 python3 bench/cold_cost.py
     echo "== bench/throughput_probe.py"; timeout 60 python3 bench/throughput_probe.py --spins ""
