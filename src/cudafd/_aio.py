@@ -3,9 +3,13 @@
 One Dispatcher per (event loop, Notifier). While it has pending futures it
 keeps ``loop.add_reader(fd, ...)`` registered; the callback drains the
 Notifier and resolves the futures of the tokens it returns (futures already
-done or cancelled are skipped). When the count drops to zero the reader is
-removed, one loop iteration later, so a coroutine that awaits again right
-after waking does not pay for an unregister/register pair.
+done or cancelled are skipped). When the count drops to zero the reader
+stays registered while waits keep coming, so a coroutine that awaits again
+soon pays neither an unregister/register pair nor a callback per wait; it
+is removed once IDLE_S (20 ms) went by without a wait: the core's clock
+tells that after timed waits (_aio_clock), a loop timer after the others
+(_went_idle). Meanwhile the Dispatcher holds its loop weakly (an idle loop
+can be collected) and never drains (the queue may be another loop's now).
 
 The "poll" mechanism has no thread writing the fd: a ``call_later`` timer
 calls poll() then drains, starting at 50 µs and doubling up to 2 ms while
@@ -41,8 +45,10 @@ back at once if nothing waits, so close() releases it synchronously.
 
 Lifetimes: dispatchers live in WeakKeyDictionaries keyed by the loop (the
 default Notifier's, module-level; a given Notifier's, on that Notifier) and
-refer to the loop only while armed, so an idle loop can be collected; the
-default Notifier of a loop is closed by a weakref.finalize on the loop.
+refer to the loop only weakly (pending futures hold it while they wait), so
+an idle loop can be collected, even one closed while its Dispatcher was
+still registered; the default Notifier of a loop is closed by a
+weakref.finalize on the loop.
 """
 
 from __future__ import annotations
