@@ -154,20 +154,15 @@ CFD_API int cudafd_check(cudafd_notifier *n, uint64_t token, int64_t *status, in
         return cfd_fail(CUDAFD_E_STATE, "token %llu is being checked on another thread", (unsigned long long)token);
     }
     CUevent ev = w->ev;
-    CUcontext ctx = w->cx->ctx;
     l->polling = true;
     cfd_probe_begin();
     pthread_mutex_unlock(&g.mu);
 
-    bool pushed;
+    /* No context is made current: an event is queried from any thread, as
+     * the poller does (and a cuCtxGetCurrent first was the call that paid
+     * the cold driver's entry, right after the caller's wake). */
     int64_t asked = cfd_now_ns();
-    CUresult r;
-    if (cfd_enter_ctx(ctx, &pushed) == CUDAFD_OK) {
-        r = cu.cuEventQuery(ev);
-        cfd_leave_ctx(pushed);
-    } else {
-        r = (CUresult)cudafd_last_cuda_error(); /* the context cannot be made current: that is its status */
-    }
+    CUresult r = cu.cuEventQuery(ev);
 
     pthread_mutex_lock(&g.mu);
     cfd_probe_end();
