@@ -52,6 +52,21 @@ def timed(fn, into: dict, key: str):
     return wrapper
 
 
+def reader(kit: Kit, fd: int, callback):
+    """A function that registers ``callback`` for ``fd`` on the running loop
+    the first time it is called, and returns that loop; the kit unregisters it."""
+    loops: list = []
+
+    def ensure() -> asyncio.AbstractEventLoop:
+        if not loops:
+            loops.append(asyncio.get_running_loop())
+            loops[0].add_reader(fd, callback)
+        return loops[0]
+
+    kit.on_close(lambda: loops and loops.pop().remove_reader(fd))
+    return ensure
+
+
 def variants(gpu: Gpu, kit: Kit, stream: int, steps: dict) -> dict:
     import cudafd
     from cudafd._timerfd import OneShot
@@ -94,18 +109,16 @@ def variants(gpu: Gpu, kit: Kit, stream: int, steps: dict) -> dict:
     b_arm = timed(timer.arm, bsteps, "arm")
     b_clear = timed(timer.clear, bsteps, "clear")
     waiting: list = []
-    reading: list = []
 
     def fired() -> None:
         b_clear()
         if waiting and not waiting[0].done():
             waiting[0].set_result(None)
 
+    bound_reader = reader(kit, timer.fileno(), fired)
+
     async def bound_steps(seconds: float) -> None:
-        loop = asyncio.get_running_loop()
-        if not reading:
-            loop.add_reader(timer.fileno(), fired)
-            reading.append(loop)
+        loop = bound_reader()
         b_launch(seconds)
         b_record(ev, stream)
         fut = loop.create_future()
@@ -114,11 +127,6 @@ def variants(gpu: Gpu, kit: Kit, stream: int, steps: dict) -> dict:
         await fut
         b_sync(ev)
 
-    def unread() -> None:
-        if reading:
-            reading.pop().remove_reader(timer.fileno())
-
-    kit.on_close(unread)
     out["bound_steps"] = bound_steps
 
     mn = cudafd.Notifier("event")
@@ -129,7 +137,6 @@ def variants(gpu: Gpu, kit: Kit, stream: int, steps: dict) -> dict:
     backend.set_clock(clock.fileno())
     kit.on_close(lambda: backend.set_clock(-1))
     pending: dict = {}
-    mreading: list = []
 
     def on_clock() -> None:
         for token, fut in list(pending.items()):
@@ -138,17 +145,10 @@ def variants(gpu: Gpu, kit: Kit, stream: int, steps: dict) -> dict:
                 del pending[token]
                 fut.set_result(status)
 
-    def munread() -> None:
-        if mreading:
-            mreading.pop().remove_reader(clock.fileno())
-
-    kit.on_close(munread)
+    clock_reader = reader(kit, clock.fileno(), on_clock)
 
     async def minimal(seconds: float) -> None:
-        loop = asyncio.get_running_loop()
-        if not mreading:
-            loop.add_reader(clock.fileno(), on_clock)
-            mreading.append(loop)
+        loop = clock_reader()
         launch(seconds)
         token, due = backend.watch_stream_timed(stream)
         if due <= 0:  # no history yet, or handed back: the fd reports it
