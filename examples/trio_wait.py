@@ -175,6 +175,11 @@ async def main(args: argparse.Namespace) -> int:
                 check(e.name == "CUDA_ERROR_ILLEGAL_ADDRESS", "a faulting kernel's wait raised CudaError")
     finally:
         gpu.close()
+    # Detached waits (the cancelled one, those of the faulted stream) are
+    # retired by cudafd's own thread once their work is over: give it a moment.
+    give_up = time.monotonic() + 2.0
+    while cudafd.stats()["pending"] and time.monotonic() < give_up:
+        time.sleep(0.01)
     check(cudafd.stats()["pending"] == 0, "nothing left pending")
     return 1 if failures else 0
 
