@@ -369,10 +369,19 @@ static void test_timed_shrink(CUcontext ctx)
             late[i - 6] = x;
     }
     CHECK(late[0] > 5e-3, "the first short wait is checked when the long ones ended (%.1f ms late)", late[0] * 1e3);
-    double worst = 0;
-    for (int i = 17; i < 20; i++)
-        worst = late[i] > worst ? late[i] : worst;
-    CHECK(worst < 3e-3, "within 17 waits the checks come near 1 ms again (last 3: up to %.2f ms late)", worst * 1e3);
+    /* the median of the last 5: one wait made late by a loaded machine's
+     * scheduler (7 ms seen under ASan on two busy cores) must not decide it,
+     * while checks still paced for 15 ms waits would make all 5 late */
+    double last[5];
+    for (int i = 0; i < 5; i++) {
+        double x = late[15 + i];
+        int j = i;
+        for (; j > 0 && last[j - 1] > x; j--)
+            last[j] = last[j - 1];
+        last[j] = x;
+    }
+    CHECK(last[2] < 3e-3, "within 15 waits the checks come near 1 ms again (median of the last 5: %.2f ms late)",
+          last[2] * 1e3);
     cudafd_notifier_destroy(n);
     sim_stream_destroy(s);
 }
