@@ -276,7 +276,10 @@ def test_a_timed_stream_whose_waits_got_shorter_is_learnt_again(dev, loop_flavor
             await api.notifier.wait(s)
             took.append(time.monotonic() - t0)
         assert cudafd.stats()["timed"] - before["timed"] >= 8  # the loop timed them
-        assert max(took[-3:]) < 0.007, [f"{t * 1e3:.1f} ms" for t in took]
+        # the median of the last 5: one wait made late by a loaded machine
+        # (8.6 ms seen) must not decide it; checks still paced for the 15 ms
+        # waits would make all 5 late
+        assert sorted(took[-5:])[2] < 0.007, [f"{t * 1e3:.1f} ms" for t in took]
 
     run(loop_flavor, "event", body)
 
