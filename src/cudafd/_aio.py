@@ -97,8 +97,6 @@ _NO_READER = (
 )
 
 
-
-
 def _add_reader(loop: asyncio.AbstractEventLoop, notifier: Notifier, callback: Callable[[], object]) -> int:
     """Register ``callback`` for the Notifier's fd, holding the fd open while registered."""
     fd = notifier._hold_fd()
@@ -371,18 +369,19 @@ class Dispatcher(InlineSpin, LoopClock):
 
     def _check_idle_later(self) -> None:
         loop = self._loop_ref() if self._loop_ref is not None else None
-        try:
-            if loop is None:
-                raise RuntimeError("the loop is gone")
-            loop.call_later(IDLE_S, self._idle_check)
-            self._idle_pending = True
-        except RuntimeError:  # the loop is closed (or gone): nothing to wait for
-            self._disarm()
+        if loop is not None:
+            try:
+                loop.call_later(IDLE_S, self._idle_check)
+                self._idle_pending = True
+                return
+            except RuntimeError:  # the loop is closed
+                pass
+        self._disarm()  # closed or gone: nothing is registered any more
 
     def _idle_check(self) -> None:
         self._idle_pending = False
         if not self._armed or self._busy():
-            return  # disarmed already, or waiting again: its next idle checks again
+            return  # disarmed already, or waiting again: its next idle schedules a check
         if self._idles != self._idles_seen:  # waits came and went since the last look
             self._idles_seen = self._idles
             self._check_idle_later()
