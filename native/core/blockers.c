@@ -122,8 +122,8 @@ static void *blocker_main(void *arg)
             }
             if (block && r == CUDA_SUCCESS)
                 cfd_pace_push(l, cfd_now_ns() - l->since); /* a late bound, stepped back by later paced waits */
+            cfd_count(ST_BLOCKED, 1); /* before the pop, which may push it: see deliver() */
             cfd_lane_pop(l, r);
-            cfd_count(ST_BLOCKED, 1);
             block = false; /* the following waits are often done already */
         }
         cfd_list_del(&g.blocked_list, l);

@@ -419,8 +419,8 @@ static void *poller_main(void *arg)
                         cfd_pace_found(l, now, asked, first_round);
                     cfd_count(ST_PACED, 1);
                 }
+                cfd_count(ST_SPUN, 1); /* before the pop, which may push it: see deliver() */
                 cfd_lane_pop(l, snap[i].r);
-                cfd_count(ST_SPUN, 1);
                 if (!l->head)
                     retire_lane(l);
                 else if (l->state == LANE_SLOW)

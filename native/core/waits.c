@@ -124,11 +124,11 @@ static void deliver(cfd_wait *w, int64_t status)
 {
     if (!w->n)
         return;
-    cfd_notifier_push(w->n, w->token, status);
-    cfd_wait_detach(w);
-    cfd_count(ST_COMPLETED, 1);
+    cfd_count(ST_COMPLETED, 1); /* counted before the push: a caller that drained it sees it counted */
     if (status != 0)
         cfd_count(ST_FAULTS, 1);
+    cfd_notifier_push(w->n, w->token, status);
+    cfd_wait_detach(w);
 }
 
 /* Errors after which the context can do no more work (the driver's "sticky"
