@@ -97,6 +97,11 @@ _NO_READER = (
 )
 
 
+def _no_loop() -> None:
+    """A Dispatcher's loop while it is not armed: none."""
+    return None
+
+
 def _add_reader(loop: asyncio.AbstractEventLoop, notifier: Notifier, callback: Callable[[], object]) -> int:
     """Register ``callback`` for the Notifier's fd, holding the fd open while registered."""
     fd = notifier._hold_fd()
@@ -178,7 +183,7 @@ class Dispatcher(InlineSpin, LoopClock):
         self._drain = notifier.drain
         self._poll = notifier.poll
         self._polling = notifier.needs_polling
-        self._loop_ref: Callable[[], asyncio.AbstractEventLoop | None] | None = None  # while armed: the loop, weakly
+        self._loop_ref: Callable[[], asyncio.AbstractEventLoop | None] = _no_loop  # while armed: the loop, weakly
         self._armed = False
         self._fd = -1
         self._timer: asyncio.TimerHandle | None = None
@@ -368,7 +373,7 @@ class Dispatcher(InlineSpin, LoopClock):
             self._check_idle_later()
 
     def _check_idle_later(self) -> None:
-        loop = self._loop_ref() if self._loop_ref is not None else None
+        loop = self._loop_ref()
         if loop is not None:
             try:
                 loop.call_later(IDLE_S, self._idle_check)
@@ -396,7 +401,7 @@ class Dispatcher(InlineSpin, LoopClock):
         """Close hook (any thread): give the fd back now if nothing waits, so close() releases it."""
         if not self._armed:
             return
-        loop = self._loop_ref() if self._loop_ref is not None else None
+        loop = self._loop_ref()
         if loop is None or loop.is_closed():  # nothing is registered any more
             self._disarm()
         elif threading.get_ident() == self._thread:
@@ -412,8 +417,8 @@ class Dispatcher(InlineSpin, LoopClock):
         if not self._armed:
             return
         self._stop_clock()
-        loop = self._loop_ref() if self._loop_ref is not None else None
-        self._loop_ref = None
+        loop = self._loop_ref()
+        self._loop_ref = _no_loop
         self._armed = False
         timer, self._timer = self._timer, None
         fd, self._fd = self._fd, -1
@@ -476,7 +481,7 @@ class Dispatcher(InlineSpin, LoopClock):
             self._disarm()
             return
         self._delay = POLL_MIN if results else min(self._delay * 2, POLL_MAX)
-        loop = self._loop_ref() if self._loop_ref is not None else None
+        loop = self._loop_ref()
         if loop is not None:
             self._timer = loop.call_later(self._delay, self._on_timer)
 
