@@ -205,6 +205,53 @@ const char *cudafd_stat_name(int index);
 /* Fill out[0..n) with the counts; returns how many were filled. */
 int cudafd_stats(int64_t *out, int n);
 
+/* ---- the answer board: the driver asked for a busy loop (board.c) ----
+ *
+ * For a thread that runs many tasks, each launching work and awaiting it
+ * (64 streams, each a loop of a 100 us kernel and an await), where the
+ * thread's own core is the bottleneck and one cuStreamQuery per await is a
+ * large part of it. The board's thread makes those queries; the caller
+ * reads the answers as plain words, with no driver call:
+ *
+ *   slot = cudafd_board_bind(b, stream);          once per stream
+ *   launch work on stream;
+ *   w = cudafd_board_want(b, slot);               announce: "has it passed this?"
+ *   ... run other tasks ...
+ *   if (done[slot] == w) it passed;               done from cudafd_board_words (an acquire load)
+ *   else ask the driver yourself (cudafd_stream_done) or watch.
+ *
+ * Answers are only ever "passed": a running stream, a fault or a bad handle
+ * leave done behind want, so a caller that finds no answer must ask or
+ * watch, which reports errors. done only moves forward (modulo 2^32) to a
+ * value want had, so done == w means "passed w", and a later want's answer
+ * covers earlier ones. The thread queries a slot first after 3/4 of how long
+ * that stream's points took to be answered (smoothed), then every 20 us;
+ * with nothing pending it parks (no CPU), and it exits after 20 ms parked
+ * (cudafd_stats counts it among the threads); a want starts or wakes it.
+ * Default streams (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) cannot be
+ * bound: they name the querying thread's context.
+ * Threads: want and drop on one slot from one thread at a time; bind and
+ * unbind from any. destroy when no other call on the board is in progress. */
+typedef struct cudafd_board cudafd_board;
+int cudafd_board_create(int slots, cudafd_board **out); /* 1..2^20 slots; loads the driver */
+void cudafd_board_destroy(cudafd_board *b);              /* stops its thread; NULL is a no-op */
+/* The answer words: want[slot] and done[slot] (uint32), valid until destroy;
+ * returns the number of slots. */
+int cudafd_board_words(cudafd_board *b, const uint32_t **want, const uint32_t **done);
+int cudafd_board_bind(cudafd_board *b, uintptr_t stream); /* a free slot (>= 0) for stream; NOMEM: full */
+int cudafd_board_unbind(cudafd_board *b, int slot);       /* drop, then free the slot */
+/* Announce a point on the slot's stream (everything enqueued on it so far):
+ * returns w (>= 0, done[slot] becomes w once it passed) or an error. */
+int64_t cudafd_board_want(cudafd_board *b, int slot);
+/* Forget the slot's unanswered want, if any: when it returns, no query of
+ * the stream is in flight, and none is made before the next want. For a
+ * caller whose last wait on the stream ended another way. */
+int cudafd_board_drop(cudafd_board *b, int slot);
+/* The board's counts: queries made, answers stored (points found passed),
+ * thread starts, wakes of a parked or exited thread. */
+enum { CUDAFD_BOARD_QUERIES, CUDAFD_BOARD_ANSWERS, CUDAFD_BOARD_STARTS, CUDAFD_BOARD_WAKES, CUDAFD_BOARD_STAT_COUNT };
+int cudafd_board_stats(const cudafd_board *b, int64_t *out, int n);
+
 #ifdef __cplusplus
 }
 #endif

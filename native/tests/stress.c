@@ -8,7 +8,8 @@
  * Covered: ordering and exactly-once delivery across many streams and two
  * contexts for every mechanism; waits from several threads at once; a
  * cancellation storm; a fault with many pending waiters; close with pending
- * waits; waits timed by their caller (stress_timed.c); bad input; every
+ * waits; waits timed by their caller (stress_timed.c); the answer board
+ * (stress_board.c); bad input; every
  * live count back to zero at the end.
  */
 #include <dlfcn.h>
@@ -441,6 +442,7 @@ int main(void)
         test_fault_after_idle(mechs[m]);
     }
     test_timed_all(a);
+    test_board_all(a);
     /* blocking waiters take every wait that outlasts the spin (their bridge
      * events, side streams and threads under load), then few of them: lanes
      * beyond the cap stay paced, nothing stalls */

@@ -37,5 +37,6 @@ double now_s(void);                 /* CLOCK_MONOTONIC seconds */
 int collect(cudafd_notifier *n, cudafd_completion *got, int want, double timeout);
 
 void test_timed_all(CUcontext ctx); /* stress_timed.c: waits timed by their caller */
+void test_board_all(CUcontext ctx); /* stress_board.c: the answer board */
 
 #endif
