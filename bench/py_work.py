@@ -8,8 +8,10 @@ adapters' per-wait work). Meant for the simulator (--sim is the default).
 lone: one task launches a kernel and awaits it, back to back (a lone long
 wait, timed by the loop; the kernel is long so that the traced, much slower
 Python still finds it running), for lone_cost.py's variants: bound_loop,
-minimal, cudafd. busy: 8 tasks on 8 streams each launch a 10 µs kernel and
-await it (the busy path): bound_yield, bound_query, cudafd. Prints, per
+minimal, cudafd. busy: 8 tasks on 8 streams each launch an empty kernel and
+await it, while a ninth task awaits a long kernel, so that no wait is lone
+and each takes the busy path (a yield, then the answer): bound_yield,
+bound_query, cudafd. Prints, per
 variant, opcodes and Python calls per wait and the functions that ran the
 most opcodes; --by-line splits them by line. The counts are exact for the
 path taken, but which path a wait takes depends on timing (a busy-loop wait
@@ -103,7 +105,7 @@ def busy(a, loop: asyncio.AbstractEventLoop) -> None:
     from cudafd._bench.gpu import Gpu
 
     gpu = Gpu()
-    streams = gpu.streams(8)
+    streams = gpu.streams(9)
     launchers = [gpu.launcher(s) for s in streams]
     query = gpu.drv.cuStreamQuery  # type: ignore[attr-defined]
 
@@ -112,7 +114,7 @@ def busy(a, loop: asyncio.AbstractEventLoop) -> None:
 
         async def one() -> None:
             for _ in range(n):
-                launch(10e-6)
+                launch(0.0)
                 if variant == "cudafd":
                     await cudafd.wait(s)
                 else:
@@ -126,7 +128,12 @@ def busy(a, loop: asyncio.AbstractEventLoop) -> None:
         for variant in ("bound_yield", "bound_query", "cudafd"):
 
             async def waits(variant=variant, n=a.waits):
+                launchers[8](3.0)  # the parked wait (it outlasts the traced rounds): no wait of the 8 is lone
+                parked = asyncio.ensure_future(cudafd.wait(streams[8]))
+                await asyncio.sleep(0.01)
                 await asyncio.gather(*(task(variant, i, n) for i in range(8)))
+                parked.cancel()
+                await asyncio.gather(parked, return_exceptions=True)
 
             loop.run_until_complete(waits(n=30))
 

@@ -6,11 +6,13 @@ await) under asyncio, with the poller's spin budget varied, thread by thread
 
 Variants, taking turns each round: ``sleep0`` (the polling baseline),
 ``yield`` (a launch and one bare yield: no wait at all), ``yield_first``
-(a yield, then cudafd_stream_done, and cudafd.wait only if still running),
+(a yield, then cudafd_stream_done, and cudafd.wait only if still running:
+cudafd's busy path without the answer board),
 and cudafd's event
 mechanism with CUDAFD_OPT_SPIN_NS at its default and at each --spins value
 (µs; 0: every wait is paced from the start). Per variant: awaits/s, the
-process's cores, and the loop's and the poller's CPU per await.
+process's cores, and the loop's, the poller's and the answer board's CPU
+per await.
 """
 
 from __future__ import annotations
@@ -123,11 +125,15 @@ def main() -> None:
             cores = sum(cpu.values()) / wall
             loop_us = cpu.get(main_thread, 0.0) / n * 1e6
             poller_us = cpu.get("cudafd-poller", 0.0) / n * 1e6
-            got[name].append((rate, cores, loop_us, poller_us))
-    print(f"{'variant':10s} {'awaits/s':>10s} {'cores':>6s} {'loop us/await':>14s} {'poller us/await':>16s}")
+            board_us = cpu.get("cudafd-board", 0.0) / n * 1e6
+            got[name].append((rate, cores, loop_us, poller_us, board_us))
+    base = statistics.median(r[0] for r in got["sleep0"])
+    print(f"{'variant':12s} {'awaits/s':>10s} {'x sleep0':>8s} {'cores':>6s} {'loop us/await':>14s} "
+          f"{'poller us/await':>16s} {'board us/await':>15s}")
     for name, rows in got.items():
-        med = [statistics.median(r[i] for r in rows) for i in range(4)]
-        print(f"{name:10s} {med[0]:10,.0f} {med[1]:6.2f} {med[2]:14.1f} {med[3]:16.1f}")
+        med = [statistics.median(r[i] for r in rows) for i in range(5)]
+        print(f"{name:12s} {med[0]:10,.0f} {med[0] / base:8.2f} {med[1]:6.2f} {med[2]:14.1f} {med[3]:16.1f} {med[4]:15.1f}")
+    print("per round (awaits/s): " + "; ".join(f"{k} " + ",".join(f"{r[0]:.0f}" for r in v) for k, v in got.items()))
     gpu.close()
 
 

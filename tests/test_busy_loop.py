@@ -157,6 +157,7 @@ def test_the_busy_path_is_learnt_from_what_the_driver_says(dev, loop_flavor):
     async def body(api):
         calls = _count_watches(api.notifier)  # first: the dispatcher keeps the notifier's _watch
         d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
+        d._board = None  # the driver's answers are scripted here: none from the board's thread
         over = {"now": True}
         real_done_now = api.notifier._done_now
         api.notifier._done_now = lambda t: over["now"] and real_done_now(t)
@@ -212,7 +213,7 @@ def test_cancelling_a_later_wait_on_the_stream_does_not_strand_the_others(dev, l
 
     async def body(api):
         d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
-        d._window = _aio_spin.SPIN_MAX  # the first wait spins (its window is on)
+        d._window = 0.05  # the first wait spins ahead for up to 50 ms (its window is on)
         d._tight = False
         shared.launch(0.2)
         first = asyncio.ensure_future(api.notifier.wait(shared))
@@ -228,5 +229,149 @@ def test_cancelling_a_later_wait_on_the_stream_does_not_strand_the_others(dev, l
         await asyncio.wait_for(asyncio.gather(first, later[1]), 5.0)
         assert d._joined == 0 and not any(line.waits for line in d._lines.values())
         assert api.notifier.pending == 0
+
+    run(loop_flavor, "event", body)
+
+
+# ---- the answer board (_board): the busy path's query made by a native thread ----
+
+
+def _parked(api, stream):
+    """A wait on a long kernel, so that the others are not lone (they take the busy path)."""
+    stream.launch(0.5)
+    return asyncio.ensure_future(api.notifier.wait(stream))
+
+
+def test_the_board_answers_a_busy_loop_and_the_loop_asks_the_driver_little(dev, loop_flavor):
+    streams = [dev.stream() for _ in range(8)]
+
+    async def body(api):
+        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
+        asked = {"n": 0}
+        real_done_now = api.notifier._done_now
+
+        def done_now(t):  # the loop's own query: only for points the board did not answer
+            asked["n"] += 1
+            return real_done_now(t)
+
+        api.notifier._done_now = done_now
+        parked = _parked(api, streams[0])
+
+        async def worker(s):
+            for _ in range(30):
+                s.launch(10e-6)
+                _busy(300e-6)  # a pass of the 7 outlasts the kernel by far
+                await api.notifier.wait(s)
+                assert s.idle()  # an answer means the stream passed the point
+
+        await asyncio.gather(*(worker(s) for s in streams[1:]))
+        awaits = 7 * 30
+        stats = d._board.stats()
+        assert stats["answers"] >= awaits // 2, stats
+        assert asked["n"] <= awaits // 2, (asked, stats)
+        assert stats["queries"] <= 4 * stats["answers"], stats  # paced, not a query per scan
+        slots = [line.slot for line in d._lines.values() if line.slot >= 0]
+        assert len(slots) == 7 and len(set(slots)) == 7
+        parked.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await parked
+        board = d._board
+        assert all(board.wants[i] == board.done[i] for i in slots)  # nothing left to ask
+
+    run(loop_flavor, "event", body)
+
+
+def test_a_wait_cancelled_in_its_yield_takes_back_its_want(dev, loop_flavor):
+    streams = [dev.stream() for _ in range(2)]
+
+    async def body(api):
+        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
+        parked = _parked(api, streams[0])
+        await asyncio.sleep(0.01)
+        streams[1].launch(0.3)
+        task = asyncio.ensure_future(api.notifier.wait(streams[1]))
+        await asyncio.sleep(0)  # in its yield, its point announced on the board
+        line = d._lines[streams[1].handle]
+        board, slot = d._board, line.slot
+        assert slot >= 0 and board.wants[slot] != board.done[slot]
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert board.wants[slot] == board.done[slot]  # taken back: the stream is not asked after
+        queries = board.stats()["queries"]
+        await asyncio.sleep(0.02)
+        assert board.stats()["queries"] == queries  # while its kernel still runs
+        assert not streams[1].idle()
+        parked.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await parked
+        streams[1].synchronize()
+
+    run(loop_flavor, "event", body)
+
+
+def test_an_answer_after_close_still_raises_closed(dev, loop_flavor):
+    streams = [dev.stream() for _ in range(2)]
+
+    async def body(api):
+        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
+        parked = _parked(api, streams[0])
+        await asyncio.sleep(0.01)
+        task = asyncio.ensure_future(api.notifier.wait(streams[1]))  # idle: answered at once
+        await asyncio.sleep(0)
+        slot = d._lines[streams[1].handle].slot
+        end = time.monotonic() + 2
+        while d._board.done[slot] != d._board.wants[slot] and time.monotonic() < end:
+            time.sleep(0.001)  # the loop held: the board answers meanwhile
+        assert d._board.done[slot] == d._board.wants[slot]
+        api.notifier.close()
+        with pytest.raises(cudafd.ClosedError):
+            await task
+        with pytest.raises(cudafd.ClosedError):
+            await parked
+
+    run(loop_flavor, "event", body)
+
+
+def test_streams_past_the_kept_lines_give_their_slots_back(dev, loop_flavor, monkeypatch):
+    monkeypatch.setattr(_aio, "LINES_KEEP", 2)
+    streams = [dev.stream() for _ in range(9)]
+
+    async def body(api):
+        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
+        parked = _parked(api, streams[0])
+        await asyncio.sleep(0.01)
+        for _ in range(3):
+            await asyncio.gather(*(api.notifier.wait(s) for s in streams[1:]))
+        kept = [line.slot for line in d._lines.values()]
+        assert len(d._lines) <= 3 + 1 and len(set(kept)) == len(kept)  # the parked one's line too
+        # slots were given back and used again: 8 streams, 3 rounds, few slots ever made
+        assert max(kept) < 8, kept
+        parked.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await parked
+
+    run(loop_flavor, "event", body)
+
+
+def test_a_point_still_running_is_not_answered(dev, loop_flavor):
+    streams = [dev.stream() for _ in range(4)]
+
+    async def body(api):
+        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
+        parked = _parked(api, streams[0])
+        await asyncio.sleep(0.01)
+
+        async def worker(s, i):
+            for j in range(6):
+                s.launch(0.004 * (1 + (i + j) % 3))  # 4-12 ms: running when the wait resumes
+                await api.notifier.wait(s)
+                assert s.idle()
+
+        await asyncio.gather(*(worker(s, i) for i, s in enumerate(streams[1:])))
+        assert d._board.stats()["queries"] > 0  # the board was asked, and never answered early
+        parked.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await parked
 
     run(loop_flavor, "event", body)

@@ -64,6 +64,7 @@ from ._aio_line import (
     BUSY_CREDIT_MAX,
     BUSY_PROBE_EVERY,
     LINES_KEEP,
+    UNBOUND,
     WATCHED,
     Line,
     Place,
@@ -71,9 +72,10 @@ from ._aio_line import (
     yield_once,
 )
 from ._aio_spin import InlineSpin
+from ._board import Board
 from ._errors import CudafdError
 from ._notifier import Notifier
-from ._targets import resolve
+from ._targets import INT_TARGETS, resolve
 from ._timerfd import OneShot
 
 __all__ = [
@@ -172,6 +174,7 @@ class Dispatcher(InlineSpin, LoopClock):
         "_joined",
         "_busy_credit",
         "_busy_since",
+        "_board",
         "__weakref__",
     )
 
@@ -210,6 +213,7 @@ class Dispatcher(InlineSpin, LoopClock):
         self._joined = 0  # waits in self._lines
         self._busy_credit = 0  # a wait that is not lone yields once before its watch while >= 0 (_aio_line)
         self._busy_since = 0  # waits since the busy path was last tried while off
+        self._board: Board | None | bool = False  # the answer board (_board): made on first use; None: none
         notifier._add_close_hook(self._notifier_closed)
 
     async def wait(self, loop: asyncio.AbstractEventLoop, target: object) -> None:
@@ -217,7 +221,9 @@ class Dispatcher(InlineSpin, LoopClock):
         state = self._notifier.__dict__
         if state.get("_aio_owner") is not self or state.get("_trio_owner") is not None:
             self._claim()  # before any drain, the fast path included: refusal must not depend on timing
-        t = resolve(target)
+        t = INT_TARGETS.get(target) if type(target) is int else None  # type: ignore[call-overload]
+        if t is None:
+            t = resolve(target)
         window = 0.0
         lone = not self._futures and not self._inline and not self._joined
         if lone:  # a lone wait: resume order is not at stake
@@ -255,10 +261,19 @@ class Dispatcher(InlineSpin, LoopClock):
             elif not lone and line is not None:  # a busy loop, maybe (_aio_line)
                 head = line.waits[0] is me
                 if (self._busy_credit >= 0 or self._busy_probe()) if head else ahead_unwatched(line, me):
+                    slot = line.slot
+                    if slot == UNBOUND:
+                        slot = line.slot = self._bind(t.handle)
+                    if slot >= 0:  # the board asks the driver while the other tasks run
+                        board = self._board
+                        w = board.want(board.ptr, slot)  # type: ignore[union-attr]
                     await yield_once()  # the other tasks run: by then its work is likely over
                     while line.waits[0] is not me and ahead_unwatched(line, me):
                         await yield_once()
-                    over = line.waits[0] is me and self._notifier._done_now(t)
+                    over = line.waits[0] is me and (
+                        (slot >= 0 and board.done[slot] == w and not self._notifier._closed)  # type: ignore[union-attr]
+                        or self._notifier._done_now(t)
+                    )
                     if head:  # learn whether it pays: a hit banks credit, a miss spends it
                         credit = self._busy_credit
                         if over:
@@ -319,8 +334,22 @@ class Dispatcher(InlineSpin, LoopClock):
                     waits.popleft()
                 else:
                     waits.remove(me)
-                if not waits and len(self._lines) > LINES_KEEP:
-                    self._lines.pop(t.handle, None)
+                if not waits:
+                    slot = line.slot
+                    drop = len(self._lines) > LINES_KEEP
+                    if slot >= 0:  # the board is to ask nothing of a stream nothing waits on
+                        board = self._board
+                        if drop or board.wants[slot] != board.done[slot]:  # type: ignore[union-attr]
+                            board.settle(slot, drop)  # type: ignore[union-attr]
+                    if drop:
+                        self._lines.pop(t.handle, None)
+
+    def _bind(self, stream: int) -> int:
+        """The stream's slot on the answer board (made on first use), or -1."""
+        board = self._board
+        if board is False:
+            board = self._board = Board.create(self)
+        return board.bind(stream) if board is not None else -1  # type: ignore[union-attr]
 
     def _busy_probe(self) -> bool:
         """The busy path is off (it stopped paying): try it every BUSY_PROBE_EVERY waits."""

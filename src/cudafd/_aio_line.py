@@ -10,7 +10,11 @@ bench/throughput_probe.py). So a wait that is not lone first yields once:
 the other tasks run, and by then its work is usually over; one driver query
 (cuStreamQuery, no event) says so, and it returns without a watch. Only a
 wait still running then is watched. Measured the same way, that one yield
-and query per await gave 58,900 awaits/s on one core.
+and query per await gave 58,900 awaits/s on one core. The query need not be
+the loop's: before its yield a wait announces its point on the Dispatcher's
+answer board (_board), whose native thread makes the query while the other
+tasks run, and after the yield it reads the answer as a word of memory; only
+a point not answered by then is queried on the loop's thread.
 
 Whether that pays is learnt per Dispatcher (its _busy_credit): each wait
 that tries it counts a hit (over after the yield: a credit, up to
@@ -42,6 +46,7 @@ __all__ = [
     "LINES_KEEP",
     "Line",
     "Place",
+    "UNBOUND",
     "WATCHED",
     "ahead_unwatched",
     "yield_once",
@@ -73,13 +78,18 @@ class Place:
 WATCHED = Place(False)  # the place of a wait that keeps none (not on a stream)
 
 
-class Line:
-    """The waits pending on one stream, oldest first."""
+UNBOUND = -2  # a Line's board slot before the busy path first asks for one
 
-    __slots__ = ("waits",)
+
+class Line:
+    """The waits pending on one stream, oldest first, and the stream's slot
+    on the Dispatcher's answer board (_board; -1: none, UNBOUND: not asked yet)."""
+
+    __slots__ = ("waits", "slot")
 
     def __init__(self) -> None:
         self.waits: deque[Place] = deque()
+        self.slot = UNBOUND
 
 
 def ahead_unwatched(line: Line, me: Place) -> bool:

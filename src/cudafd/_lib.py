@@ -101,6 +101,14 @@ _PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "cudafd_notifier_destroy": (None, [c_void_p]),
     "cudafd_stat_name": (c_char_p, [c_int]),
     "cudafd_stats": (c_int, [POINTER(c_int64), c_int]),
+    "cudafd_board_create": (c_int, [c_int, POINTER(c_void_p)]),
+    "cudafd_board_destroy": (None, [c_void_p]),
+    "cudafd_board_words": (c_int, [c_void_p, POINTER(c_void_p), POINTER(c_void_p)]),
+    "cudafd_board_bind": (c_int, [c_void_p, c_size_t]),
+    "cudafd_board_unbind": (c_int, [c_void_p, c_int]),
+    "cudafd_board_want": (c_int64, [c_void_p, c_int]),
+    "cudafd_board_drop": (c_int, [c_void_p, c_int]),
+    "cudafd_board_stats": (c_int, [c_void_p, POINTER(c_int64), c_int]),
 }
 
 _lock = threading.RLock()

@@ -240,6 +240,12 @@ def _resolver_for(tp: type) -> Resolver:
 
 _cache: dict[type, Resolver] = {int: _int_handle}
 
+# Raw stream handles already resolved: a Target of an int holds nothing of
+# the caller's (its keep is the int), so it can be shared, and a hot path
+# may look here before calling resolve(). Bounded, never evicted.
+INT_TARGETS: dict[int, Target] = {}
+INT_TARGETS_MAX = 4096
+
 
 def resolve(target: object) -> Target:
     """Resolve a wait target to a Target (see the module docstring for what is accepted).
@@ -250,7 +256,12 @@ def resolve(target: object) -> Target:
     """
     tp = type(target)
     if tp is int and 0 <= target < 1 << 64:  # type: ignore[operator]  # a raw CUstream: the common case, no call
-        return Target("stream", target, target)  # type: ignore[arg-type]
+        t = INT_TARGETS.get(target)  # type: ignore[call-overload]
+        if t is None:
+            t = Target("stream", target, target)  # type: ignore[arg-type]
+            if len(INT_TARGETS) < INT_TARGETS_MAX:
+                INT_TARGETS[target] = t  # type: ignore[index]
+        return t
     resolver = _cache.get(tp)
     if resolver is None:
         resolver = _resolver_for(tp)
