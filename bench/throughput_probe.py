@@ -11,8 +11,8 @@ cudafd's busy path without the answer board),
 and cudafd's event
 mechanism with CUDAFD_OPT_SPIN_NS at its default and at each --spins value
 (µs; 0: every wait is paced from the start). Per variant: awaits/s, the
-process's cores, and the loop's, the poller's and the answer board's CPU
-per await.
+process's cores, the loop's, the poller's and the answer board's CPU per
+await, and the board's driver queries per await.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from thread_cost import snapshot  # noqa: E402
 
 import cudafd  # noqa: E402
-from cudafd import _lib  # noqa: E402
+from cudafd import _aio, _lib  # noqa: E402
 from cudafd._bench.gpu import EV_SPIN, NOT_READY, Gpu  # noqa: E402
 
 
@@ -99,13 +99,19 @@ def main() -> None:
                 await one(i)
                 count[0] += 1
 
+        def queries() -> int:  # the answer board's, if the default dispatcher has one
+            board = _aio.default_dispatcher(asyncio.get_running_loop())._board
+            return board.stats()["queries"] if board else 0
+
         tasks = [asyncio.ensure_future(worker(i)) for i in range(a.streams)]
         await asyncio.sleep(0.3)
-        n0, before, t0 = count[0], snapshot(), time.perf_counter()
+        n0, q0, before, t0 = count[0], queries(), snapshot(), time.perf_counter()
         await asyncio.sleep(a.seconds)
-        n1, after, wall = count[0], snapshot(), time.perf_counter() - t0
+        n1, q1, after, wall = count[0], queries(), snapshot(), time.perf_counter() - t0
         stop[0] = True
         await asyncio.gather(*tasks)
+        before["board queries"] = [q0]
+        after["board queries"] = [q1]
         return (n1 - n0) / wall, before, after, wall
 
     for _ in range(a.rounds):
@@ -121,18 +127,20 @@ def main() -> None:
                 rate, before, after, wall = asyncio.run(run(one))
             lib.cudafd_set_option(_lib.OPT_SPIN_NS, default.value)
             n = rate * wall
+            board_q = (after.pop("board queries")[0] - before.pop("board queries")[0]) / n
             cpu = {k: (after[k][0] - before.get(k, [0])[0]) / 1e9 for k in after if k != "core"}
             cores = sum(cpu.values()) / wall
             loop_us = cpu.get(main_thread, 0.0) / n * 1e6
             poller_us = cpu.get("cudafd-poller", 0.0) / n * 1e6
             board_us = cpu.get("cudafd-board", 0.0) / n * 1e6
-            got[name].append((rate, cores, loop_us, poller_us, board_us))
+            got[name].append((rate, cores, loop_us, poller_us, board_us, board_q))
     base = statistics.median(r[0] for r in got["sleep0"])
     print(f"{'variant':12s} {'awaits/s':>10s} {'x sleep0':>8s} {'cores':>6s} {'loop us/await':>14s} "
-          f"{'poller us/await':>16s} {'board us/await':>15s}")
+          f"{'poller us/await':>16s} {'board us/await':>15s} {'board q/await':>13s}")
     for name, rows in got.items():
-        med = [statistics.median(r[i] for r in rows) for i in range(5)]
-        print(f"{name:12s} {med[0]:10,.0f} {med[0] / base:8.2f} {med[1]:6.2f} {med[2]:14.1f} {med[3]:16.1f} {med[4]:15.1f}")
+        med = [statistics.median(r[i] for r in rows) for i in range(6)]
+        print(f"{name:12s} {med[0]:10,.0f} {med[0] / base:8.2f} {med[1]:6.2f} {med[2]:14.1f} {med[3]:16.1f} "
+              f"{med[4]:15.1f} {med[5]:13.2f}")
     print("per round (awaits/s): " + "; ".join(f"{k} " + ",".join(f"{r[0]:.0f}" for r in v) for k, v in got.items()))
     gpu.close()
 

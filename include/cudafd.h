@@ -225,8 +225,10 @@ int cudafd_stats(int64_t *out, int n);
  * watch, which reports errors. done only moves forward (modulo 2^32) to a
  * value want had, so done == w means "passed w", and a later want's answer
  * covers earlier ones. The thread queries a slot first after 3/4 of how long
- * that stream's points took to be answered (smoothed), then every 20 us;
- * with nothing pending it parks (no CPU), and it exits after 20 ms parked
+ * that stream's points took to be answered (smoothed), then at its pace: a
+ * quarter of how long answers sat unread before the caller announced the
+ * next point on their slot (smoothed; 20 us to 1 ms, halved by each answer
+ * not there in time). With nothing pending it parks (no CPU), and it exits after 20 ms parked
  * (cudafd_stats counts it among the threads); a want starts or wakes it.
  * Default streams (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) cannot be
  * bound: they name the querying thread's context.

@@ -13,12 +13,18 @@
  * into done when the stream is idle. Nothing else ever writes done (a drop
  * aside, below), so done == w means "passed w".
  *
- * Pacing: a slot is first queried after 3/4 of how long its stream's last
- * points took from announcement to answer (smoothed), then every NAP_NS; a
- * loop whose tasks take turns slower than their work (the case the board is
- * for) finds the answer there when it resumes. With nothing pending the
- * thread parks on a condition (no CPU); a want wakes it if parked, starting
- * it if it has exited; it exits after IDLE_NS parked.
+ * Pacing: the answers need only be there when the loop comes back to a
+ * task, and in the loops the board is for that is long after the work ended
+ * (64 tasks of ~12 us each take turns every ~800 us around 100 us kernels).
+ * So each want measures how long the previous answer on its slot sat unread
+ * (its "slack"; 0 if it was not there at all), and the thread naps a quarter
+ * of the smoothed slack between scans (NAP_MIN to NAP_MAX): few wakes, and
+ * about one query per point, each asking every slot due before the next
+ * wake. A slot is first due 3/4 of the way through how long its stream's
+ * points took to be answered (smoothed). A miss halves the slack, so a loop
+ * that speeds up is caught up with at once. With nothing pending the thread
+ * parks on a condition (no CPU); a want wakes it if parked, starting it if
+ * it has exited; it exits after IDLE_NS parked.
  *
  * Answers are only ever "passed": a fault, a bad handle or a lost wake
  * leaves done behind want, and the caller, finding no answer, asks the
@@ -40,7 +46,8 @@
 
 #include "internal.h"
 
-#define NAP_NS (20 * 1000)              /* between queries of a slot found running */
+#define NAP_MIN_NS (20 * 1000)          /* the thread's pace between scans: at least this */
+#define NAP_MAX_NS (1000 * 1000)        /* and at most this */
 #define IDLE_NS (20 * 1000 * 1000)      /* parked this long with nothing pending: the thread exits */
 #define EST_MAX_NS (5 * 1000 * 1000)    /* a first query is never put off longer than 3/4 of this */
 
@@ -53,6 +60,8 @@ struct cudafd_board {
     _Atomic uintptr_t *stream; /* bound stream per slot; 0: free */
     int64_t *seen;           /* thread only: when it first saw the slot's pending want (0: none) */
     int64_t *est;            /* thread only: announcement to answer, smoothed */
+    _Atomic int64_t *answered; /* when the thread stored the slot's done (0: never) */
+    atomic_llong slack;      /* how long answers sat unread, smoothed (want) */
     atomic_int busy;         /* the slot the thread is querying, or -1 */
     atomic_int parked;       /* the thread waits on cv (or is not running): a want must wake it */
     atomic_llong stat[CUDAFD_BOARD_STAT_COUNT];
@@ -67,11 +76,17 @@ struct cudafd_board {
 
 static void count(cudafd_board *b, int index) { atomic_fetch_add_explicit(&b->stat[index], 1, memory_order_relaxed); }
 
-/* One pass over the bound slots; returns the earliest time a pending one is
- * due (INT64_MAX: none pending). */
+static int64_t nap_ns(cudafd_board *b)
+{
+    int64_t nap = atomic_load_explicit(&b->slack, memory_order_relaxed) / 4;
+    return nap < NAP_MIN_NS ? NAP_MIN_NS : nap > NAP_MAX_NS ? NAP_MAX_NS : nap;
+}
+
+/* One pass over the bound slots, asking each pending one that is due before
+ * the next pass; returns when that is (INT64_MAX: none pending). */
 static int64_t scan(cudafd_board *b, int hi)
 {
-    int64_t now = cfd_now_ns(), next = INT64_MAX;
+    int64_t now = cfd_now_ns(), next = INT64_MAX, nap = nap_ns(b);
     for (int i = 0; i < hi; i++) {
         uint32_t w = atomic_load_explicit(&b->want[i], memory_order_acquire);
         if (w == atomic_load_explicit(&b->done[i], memory_order_relaxed)) {
@@ -81,7 +96,7 @@ static int64_t scan(cudafd_board *b, int hi)
         if (!b->seen[i])
             b->seen[i] = now;
         int64_t due = b->seen[i] + b->est[i] * 3 / 4;
-        if (now + NAP_NS / 2 < due) { /* one due within half a nap is asked now: fewer wakes */
+        if (now + nap < due) {
             next = due < next ? due : next;
             continue;
         }
@@ -91,6 +106,7 @@ static int64_t scan(cudafd_board *b, int hi)
             uintptr_t s = atomic_load_explicit(&b->stream[i], memory_order_relaxed);
             count(b, CUDAFD_BOARD_QUERIES);
             if (s && cu.cuStreamQuery((CUstream)s) == CUDA_SUCCESS) {
+                atomic_store_explicit(&b->answered[i], now, memory_order_relaxed);
                 atomic_store_explicit(&b->done[i], w, memory_order_release);
                 count(b, CUDAFD_BOARD_ANSWERS);
                 int64_t took = now - b->seen[i];
@@ -101,7 +117,7 @@ static int64_t scan(cudafd_board *b, int hi)
             }
         }
         atomic_store(&b->busy, -1);
-        next = now + NAP_NS < next ? now + NAP_NS : next;
+        next = now + nap < next ? now + nap : next;
     }
     return next;
 }
@@ -118,7 +134,7 @@ static void *run(void *arg)
 {
     cudafd_board *b = arg;
 #ifdef PR_SET_TIMERSLACK
-    prctl(PR_SET_TIMERSLACK, 1000UL); /* naps of 20 us, not 20 + the default 50 */
+    prctl(PR_SET_TIMERSLACK, 1000UL); /* naps from 20 us, not 20 + the default 50 */
 #endif
     pthread_mutex_lock(&b->mu);
     while (!b->stop) {
@@ -126,7 +142,7 @@ static void *run(void *arg)
         pthread_mutex_unlock(&b->mu);
         int64_t next = scan(b, hi);
         if (next != INT64_MAX) {
-            int64_t soonest = cfd_now_ns() + NAP_NS / 2;
+            int64_t soonest = cfd_now_ns() + NAP_MIN_NS / 2;
             next = next < soonest ? soonest : next;
             struct timespec ts = {(time_t)(next / 1000000000), (long)(next % 1000000000)};
             while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
@@ -198,9 +214,10 @@ CFD_API int cudafd_board_create(int slots, cudafd_board **out)
         b->stream = calloc((size_t)slots, sizeof *b->stream);
         b->seen = calloc((size_t)slots, sizeof *b->seen);
         b->est = calloc((size_t)slots, sizeof *b->est);
+        b->answered = calloc((size_t)slots, sizeof *b->answered);
         b->freed = calloc((size_t)slots, sizeof *b->freed);
     }
-    if (!b || !b->want || !b->done || !b->stream || !b->seen || !b->est || !b->freed) {
+    if (!b || !b->want || !b->done || !b->stream || !b->seen || !b->est || !b->answered || !b->freed) {
         if (b)
             cudafd_board_destroy(b);
         return cfd_fail(CUDAFD_E_NOMEM, "board: out of memory");
@@ -238,6 +255,7 @@ CFD_API void cudafd_board_destroy(cudafd_board *b)
     free((void *)b->stream);
     free(b->seen);
     free(b->est);
+    free((void *)b->answered);
     free(b->freed);
     free(b);
 }
@@ -300,6 +318,16 @@ CFD_API int64_t cudafd_board_want(cudafd_board *b, int slot)
 {
     if (!slot_ok(b, slot))
         return cfd_fail(CUDAFD_E_INVALID, "board: slot %d is not bound", slot);
+    /* How long the previous answer sat unread paces the thread (0: it was
+     * not there, the caller asked itself). */
+    uint32_t prev = atomic_load_explicit(&b->want[slot], memory_order_relaxed);
+    int64_t at = atomic_load_explicit(&b->answered[slot], memory_order_relaxed);
+    if (at) {
+        int64_t slack = atomic_load_explicit(&b->slack, memory_order_relaxed);
+        bool there = atomic_load_explicit(&b->done[slot], memory_order_relaxed) == prev;
+        slack = there ? (7 * slack + (cfd_now_ns() - at)) / 8 : slack / 2;
+        atomic_store_explicit(&b->slack, slack, memory_order_relaxed); /* racing wants: one update lost */
+    }
     uint32_t w = atomic_fetch_add(&b->want[slot], 1) + 1; /* seq_cst: against the thread's parking */
     if (atomic_load(&b->parked)) {
         pthread_mutex_lock(&b->mu);
