@@ -8,7 +8,8 @@ Variants, taking turns each round: ``sleep0`` (the polling baseline),
 ``yield`` (a launch and one bare yield: no wait at all), ``yield_first``
 (a yield, then cudafd_stream_done, and cudafd.wait only if still running:
 cudafd's busy path without the answer board),
-and cudafd's event
+``cudafd_noboard`` (cudafd without its answer board: the busy path queries
+on the loop's thread), and cudafd's event
 mechanism with CUDAFD_OPT_SPIN_NS at its default and at each --spins value
 (µs; 0: every wait is paced from the start). Per variant: awaits/s, the
 process's cores, the loop's, the poller's and the answer board's CPU per
@@ -78,7 +79,7 @@ def main() -> None:
                     await cudafd.wait(streams[i])
 
             return one, default.value
-        spin = default.value if name == "cudafd" else int(name.split("_")[1]) * 1000
+        spin = default.value if name in ("cudafd", "cudafd_noboard") else int(name.split("_")[1]) * 1000
 
         async def one(i: int) -> None:
             launchers[i](kernel)
@@ -87,10 +88,13 @@ def main() -> None:
         return one, spin
 
     main_thread = open("/proc/self/comm").read().strip()
-    names = ["sleep0", "yield", "cudafd", "yield_first"] + [f"spin_{s}" for s in a.spins.split(",") if s]
+    names = ["sleep0", "yield", "cudafd", "cudafd_noboard", "yield_first"]
+    names += [f"spin_{s}" for s in a.spins.split(",") if s]
     got: dict[str, list[tuple[float, float, float, float]]] = {n: [] for n in names}
 
-    async def run(one) -> tuple[float, dict, dict, float]:
+    async def run(one, board: bool) -> tuple[float, dict, dict, float]:
+        if not board:  # the busy path makes its own query after the yield
+            _aio.default_dispatcher(asyncio.get_running_loop())._board = None
         count = [0]
         stop = [False]
 
@@ -122,9 +126,9 @@ def main() -> None:
             if a.loop == "uvloop":
                 import uvloop
 
-                rate, before, after, wall = uvloop.run(run(one))
+                rate, before, after, wall = uvloop.run(run(one, name != "cudafd_noboard"))
             else:
-                rate, before, after, wall = asyncio.run(run(one))
+                rate, before, after, wall = asyncio.run(run(one, name != "cudafd_noboard"))
             lib.cudafd_set_option(_lib.OPT_SPIN_NS, default.value)
             n = rate * wall
             board_q = (after.pop("board queries")[0] - before.pop("board queries")[0]) / n

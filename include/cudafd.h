@@ -224,8 +224,9 @@ int cudafd_stats(int64_t *out, int n);
  * leave done behind want, so a caller that finds no answer must ask or
  * watch, which reports errors. done only moves forward (modulo 2^32) to a
  * value want had, so done == w means "passed w", and a later want's answer
- * covers earlier ones. The thread queries a slot first after 3/4 of how long
- * that stream's points took to be answered (smoothed), then at its pace: a
+ * covers earlier ones. The thread queries a slot first when its point is
+ * likely over (from how long that stream's points took to be answered,
+ * smoothed), then at its pace: a
  * quarter of how long answers sat unread before the caller announced the
  * next point on their slot (smoothed; 20 us to 1 ms, halved by each answer
  * not there in time). With nothing pending it parks (no CPU), and it exits after 20 ms parked

@@ -20,8 +20,10 @@
  * (its "slack"; 0 if it was not there at all), and the thread naps a quarter
  * of the smoothed slack between scans (NAP_MIN to NAP_MAX): few wakes, and
  * about one query per point, each asking every slot due before the next
- * wake. A slot is first due 3/4 of the way through how long its stream's
- * points took to be answered (smoothed). A miss halves the slack, so a loop
+ * wake. A slot is first due when its point is likely over: 3/4 of how long
+ * its stream's points took to be answered (smoothed), plus a nap, at most
+ * half that time again; asked earlier, it would often be asked twice. A
+ * miss halves the slack, so a loop
  * that speeds up is caught up with at once. With nothing pending the thread
  * parks on a condition (no CPU); a want wakes it if parked, starting it if
  * it has exited; it exits after IDLE_NS parked.
@@ -95,7 +97,7 @@ static int64_t scan(cudafd_board *b, int hi)
         }
         if (!b->seen[i])
             b->seen[i] = now;
-        int64_t due = b->seen[i] + b->est[i] * 3 / 4;
+        int64_t est = b->est[i], due = b->seen[i] + est * 3 / 4 + (est / 2 < nap ? est / 2 : nap);
         if (now + nap < due) {
             next = due < next ? due : next;
             continue;
