@@ -19,22 +19,18 @@ await, and how many awaits the board had not answered after the yield.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import ctypes
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from thread_cost import snapshot  # noqa: E402
+from busy_rounds import KERNEL, Busy, add_options, cpu_per_thread, measure, print_table, run_on  # noqa: E402
 
 import cudafd  # noqa: E402
 from cudafd import _lib  # noqa: E402
 from cudafd._aio_line import yield_once  # noqa: E402
-from cudafd._bench.gpu import EV_SPIN, NOT_READY, Gpu  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -62,34 +58,20 @@ def words(addr: int, n: int) -> memoryview:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=float, default=1.0)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--streams", type=int, default=64)
+    add_options(ap, rounds=3)
     ap.add_argument("--naps", default="0,5000,20000")
-    ap.add_argument("--loop", default="asyncio", choices=("asyncio", "uvloop"))
     a = ap.parse_args()
-    os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
-    gpu = Gpu()
-    streams = gpu.streams(a.streams)
-    launchers = [gpu.launcher(s) for s in streams]
-    events = [gpu.event(EV_SPIN) for _ in streams]
-    lib = _lib.load()
-    lib_done = lib.cudafd_stream_done
+    busy = Busy(a.streams)
+    gpu, streams, launchers = busy.gpu, busy.streams, busy.launchers
+    lib_done = _lib.load().cudafd_stream_done
     bl = build_board()
-    kernel = 100e-6
+    kernel = KERNEL
     print(f"{gpu.description}; {a.streams} streams x 100 us, {a.loop}")
     misses = [0]
 
     def variant(name: str):
         if name == "sleep0":
-
-            async def one(i: int) -> None:
-                launchers[i](kernel)
-                gpu.drv.cuEventRecord(events[i], streams[i])  # type: ignore[attr-defined]
-                while gpu.drv.cuEventQuery(events[i]) == NOT_READY:  # type: ignore[attr-defined]
-                    await asyncio.sleep(0)
-
-            return one, None
+            return busy.sleep0(), None
         if name == "yield":
 
             async def one(i: int) -> None:
@@ -134,48 +116,19 @@ def main() -> None:
     names = ["sleep0", "yield", "query", "cudafd"] + [f"board_{n}" for n in a.naps.split(",") if n]
     got: dict[str, list[tuple[float, ...]]] = {n: [] for n in names}
 
-    async def run(one) -> tuple[float, dict, dict, float, int]:
-        count = [0]
-        stop = [False]
-
-        async def worker(i: int) -> None:
-            while not stop[0]:
-                await one(i)
-                count[0] += 1
-
-        tasks = [asyncio.ensure_future(worker(i)) for i in range(a.streams)]
-        await asyncio.sleep(0.3)
-        n0, m0, before, t0 = count[0], misses[0], snapshot(), time.perf_counter()
-        await asyncio.sleep(a.seconds)
-        n1, m1, after, wall = count[0], misses[0], snapshot(), time.perf_counter() - t0
-        stop[0] = True
-        await asyncio.gather(*tasks)
-        return (n1 - n0) / wall, before, after, wall, m1 - m0
-
     for _ in range(a.rounds):
         for name in names:
             one, board = variant(name)
-            if a.loop == "uvloop":
-                import uvloop
-
-                rate, before, after, wall, missed = uvloop.run(run(one))
-            else:
-                rate, before, after, wall, missed = asyncio.run(run(one))
+            rate, before, after, wall, missed = run_on(a.loop, measure(one, a.streams, a.seconds, lambda: misses[0]))
             if board is not None:
                 bl.board_free(board)
             n = rate * wall
-            cpu = {k: (after[k][0] - before.get(k, [0])[0]) / 1e9 for k in after if k != "core"}
+            cpu = cpu_per_thread(before, after)
             cores = sum(cpu.values()) / wall
             loop_us = cpu.get(main_thread, 0.0) / n * 1e6
             board_us = cpu.get("cudafd-board", 0.0) / n * 1e6
-            got[name].append((rate, cores, loop_us, board_us, missed / n))
-    base = statistics.median(r[0] for r in got["sleep0"])
-    print(f"{'variant':12s} {'awaits/s':>10s} {'x sleep0':>8s} {'cores':>6s} {'loop us/await':>14s} "
-          f"{'board us/await':>15s} {'unanswered':>10s}")
-    for name, rows in got.items():
-        med = [statistics.median(r[i] for r in rows) for i in range(5)]
-        print(f"{name:12s} {med[0]:10,.0f} {med[0] / base:8.2f} {med[1]:6.2f} {med[2]:14.1f} {med[3]:15.1f} {med[4]:10.1%}")
-    print("per round (awaits/s): " + "; ".join(f"{k} " + ",".join(f"{r[0]:.0f}" for r in v) for k, v in got.items()))
+            got[name].append((rate, cores, loop_us, board_us, 100 * missed / n))
+    print_table(got, [("cores", ".2f"), ("loop us/await", ".1f"), ("board us/await", ".1f"), ("unanswered %", ".1f")])
     gpu.close()
 
 

@@ -236,17 +236,25 @@ def test_cancelling_a_later_wait_on_the_stream_does_not_strand_the_others(dev, l
 # ---- the answer board (_board): the busy path's query made by a native thread ----
 
 
-def _parked(api, stream):
-    """A wait on a long kernel, so that the others are not lone (they take the busy path)."""
+async def _parked(api, stream):
+    """The dispatcher, and a wait on a long kernel, parked by now, so that
+    the others are not lone (they take the busy path)."""
     stream.launch(0.5)
-    return asyncio.ensure_future(api.notifier.wait(stream))
+    parked = asyncio.ensure_future(api.notifier.wait(stream))
+    await asyncio.sleep(0.01)
+    return _aio.dispatcher(asyncio.get_running_loop(), api.notifier), parked
+
+
+async def _unpark(parked) -> None:
+    parked.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await parked
 
 
 def test_the_board_answers_a_busy_loop_and_the_loop_asks_the_driver_little(dev, loop_flavor):
     streams = [dev.stream() for _ in range(8)]
 
     async def body(api):
-        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
         asked = {"n": 0}
         real_done_now = api.notifier._done_now
 
@@ -254,8 +262,8 @@ def test_the_board_answers_a_busy_loop_and_the_loop_asks_the_driver_little(dev, 
             asked["n"] += 1
             return real_done_now(t)
 
+        d, parked = await _parked(api, streams[0])
         api.notifier._done_now = done_now
-        parked = _parked(api, streams[0])
 
         async def worker(s):
             for _ in range(30):
@@ -272,9 +280,7 @@ def test_the_board_answers_a_busy_loop_and_the_loop_asks_the_driver_little(dev, 
         assert stats["queries"] <= 4 * stats["answers"], stats  # paced, not a query per scan
         slots = [line.slot for line in d._lines.values() if line.slot >= 0]
         assert len(slots) == 7 and len(set(slots)) == 7
-        parked.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await parked
+        await _unpark(parked)
         board = d._board
         assert all(board.wants[i] == board.done[i] for i in slots)  # nothing left to ask
 
@@ -285,9 +291,7 @@ def test_a_wait_cancelled_in_its_yield_takes_back_its_want(dev, loop_flavor):
     streams = [dev.stream() for _ in range(2)]
 
     async def body(api):
-        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
-        parked = _parked(api, streams[0])
-        await asyncio.sleep(0.01)
+        d, parked = await _parked(api, streams[0])
         streams[1].launch(0.3)
         task = asyncio.ensure_future(api.notifier.wait(streams[1]))
         await asyncio.sleep(0)  # in its yield, its point announced on the board
@@ -302,9 +306,7 @@ def test_a_wait_cancelled_in_its_yield_takes_back_its_want(dev, loop_flavor):
         await asyncio.sleep(0.02)
         assert board.stats()["queries"] == queries  # while its kernel still runs
         assert not streams[1].idle()
-        parked.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await parked
+        await _unpark(parked)
         streams[1].synchronize()
 
     run(loop_flavor, "event", body)
@@ -314,9 +316,7 @@ def test_an_answer_after_close_still_raises_closed(dev, loop_flavor):
     streams = [dev.stream() for _ in range(2)]
 
     async def body(api):
-        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
-        parked = _parked(api, streams[0])
-        await asyncio.sleep(0.01)
+        d, parked = await _parked(api, streams[0])
         task = asyncio.ensure_future(api.notifier.wait(streams[1]))  # idle: answered at once
         await asyncio.sleep(0)
         slot = d._lines[streams[1].handle].slot
@@ -338,18 +338,14 @@ def test_streams_past_the_kept_lines_give_their_slots_back(dev, loop_flavor, mon
     streams = [dev.stream() for _ in range(9)]
 
     async def body(api):
-        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
-        parked = _parked(api, streams[0])
-        await asyncio.sleep(0.01)
+        d, parked = await _parked(api, streams[0])
         for _ in range(3):
             await asyncio.gather(*(api.notifier.wait(s) for s in streams[1:]))
         kept = [line.slot for line in d._lines.values()]
         assert len(d._lines) <= 3 + 1 and len(set(kept)) == len(kept)  # the parked one's line too
         # slots were given back and used again: 8 streams, 3 rounds, few slots ever made
         assert max(kept) < 8, kept
-        parked.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await parked
+        await _unpark(parked)
 
     run(loop_flavor, "event", body)
 
@@ -358,9 +354,7 @@ def test_a_point_still_running_is_not_answered(dev, loop_flavor):
     streams = [dev.stream() for _ in range(4)]
 
     async def body(api):
-        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
-        parked = _parked(api, streams[0])
-        await asyncio.sleep(0.01)
+        d, parked = await _parked(api, streams[0])
 
         async def worker(s, i):
             for j in range(6):
@@ -370,8 +364,6 @@ def test_a_point_still_running_is_not_answered(dev, loop_flavor):
 
         await asyncio.gather(*(worker(s, i) for i, s in enumerate(streams[1:])))
         assert d._board.stats()["queries"] > 0  # the board was asked, and never answered early
-        parked.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await parked
+        await _unpark(parked)
 
     run(loop_flavor, "event", body)
