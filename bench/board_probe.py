@@ -18,7 +18,6 @@ await, and how many awaits the board had not answered after the yield.
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import os
 import subprocess
@@ -26,7 +25,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from busy_rounds import KERNEL, Busy, add_options, cpu_per_thread, measure, print_table, run_on  # noqa: E402
+from busy_rounds import KERNEL, measure, per_await, print_table, run_on, start  # noqa: E402
 
 import cudafd  # noqa: E402
 from cudafd import _lib  # noqa: E402
@@ -57,16 +56,11 @@ def words(addr: int, n: int) -> memoryview:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    add_options(ap, rounds=3)
-    ap.add_argument("--naps", default="0,5000,20000")
-    a = ap.parse_args()
-    busy = Busy(a.streams)
+    a, busy = start(3, "--naps", "0,5000,20000", "")
     gpu, streams, launchers = busy.gpu, busy.streams, busy.launchers
     lib_done = _lib.load().cudafd_stream_done
     bl = build_board()
     kernel = KERNEL
-    print(f"{gpu.description}; {a.streams} streams x 100 us, {a.loop}")
     misses = [0]
 
     def variant(name: str):
@@ -112,7 +106,6 @@ def main() -> None:
 
         return one, board
 
-    main_thread = open("/proc/self/comm").read().strip()
     names = ["sleep0", "yield", "query", "cudafd"] + [f"board_{n}" for n in a.naps.split(",") if n]
     got: dict[str, list[tuple[float, ...]]] = {n: [] for n in names}
 
@@ -122,13 +115,9 @@ def main() -> None:
             rate, before, after, wall, missed = run_on(a.loop, measure(one, a.streams, a.seconds, lambda: misses[0]))
             if board is not None:
                 bl.board_free(board)
-            n = rate * wall
-            cpu = cpu_per_thread(before, after)
-            cores = sum(cpu.values()) / wall
-            loop_us = cpu.get(main_thread, 0.0) / n * 1e6
-            board_us = cpu.get("cudafd-board", 0.0) / n * 1e6
-            got[name].append((rate, cores, loop_us, board_us, 100 * missed / n))
-    print_table(got, [("cores", ".2f"), ("loop us/await", ".1f"), ("board us/await", ".1f"), ("unanswered %", ".1f")])
+            got[name].append((rate, *per_await(before, after, rate, wall, ("cudafd-board",)), 100 * missed / (rate * wall)))
+    print_table(got, [("cores", ".2f"), ("loop us/await", ".1f"), ("board us/await", ".1f"),
+                      ("unanswered %", ".1f")])
     gpu.close()
 
 

@@ -82,9 +82,27 @@ def run_on(loop: str, coro: Awaitable[tuple]) -> tuple:
     return asyncio.run(coro)  # type: ignore[arg-type]
 
 
-def cpu_per_thread(before: dict, after: dict) -> dict[str, float]:
-    """CPU seconds per thread name between two snapshots."""
-    return {k: (after[k][0] - before.get(k, [0])[0]) / 1e9 for k in after if k != "core"}
+def start(rounds: int, option: str, default: str, text: str) -> tuple[argparse.Namespace, Busy]:
+    """Parse the common options plus ``option`` (a probe's own), print the
+    header line, and open the streams."""
+    ap = argparse.ArgumentParser()
+    add_options(ap, rounds)
+    ap.add_argument(option, default=default)
+    a = ap.parse_args()
+    busy = Busy(a.streams)
+    print(f"{busy.gpu.description}; {a.streams} streams x 100 us, {a.loop}{text}")
+    return a, busy
+
+
+LOOP_THREAD = open("/proc/self/comm").read().strip()
+
+
+def per_await(before: dict, after: dict, rate: float, wall: float, threads: tuple[str, ...]) -> list[float]:
+    """The process's cores between two snapshots, then the µs of CPU per
+    await of the loop's thread and of each of ``threads`` (by name)."""
+    cpu = {k: (after[k][0] - before.get(k, [0])[0]) / 1e9 for k in after if k != "core"}
+    n = rate * wall
+    return [sum(cpu.values()) / wall] + [cpu.get(t, 0.0) / n * 1e6 for t in (LOOP_THREAD, *threads)]
 
 
 def print_table(got: dict[str, list[tuple[float, ...]]], columns: list[tuple[str, str]]) -> None:

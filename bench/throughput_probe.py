@@ -18,31 +18,25 @@ await, and the board's driver queries per await.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import ctypes
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from busy_rounds import KERNEL, Busy, add_options, cpu_per_thread, measure, print_table, run_on  # noqa: E402
+from busy_rounds import KERNEL, measure, per_await, print_table, run_on, start  # noqa: E402
 
 import cudafd  # noqa: E402
 from cudafd import _aio, _lib  # noqa: E402
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    add_options(ap, rounds=2)
-    ap.add_argument("--spins", default="20,0")
-    a = ap.parse_args()
-    busy = Busy(a.streams)
-    gpu, streams, launchers = busy.gpu, busy.streams, busy.launchers
     lib = _lib.load()
     default = ctypes.c_int64()
     lib.cudafd_get_option(_lib.OPT_SPIN_NS, ctypes.byref(default))
+    a, busy = start(2, "--spins", "20,0", f", default spin {default.value / 1e3:.0f} us")
+    gpu, streams, launchers = busy.gpu, busy.streams, busy.launchers
     kernel = KERNEL
-    print(f"{gpu.description}; {a.streams} streams x 100 us, {a.loop}, default spin {default.value / 1e3:.0f} us")
 
     def variant(name: str):
         if name == "sleep0":
@@ -72,7 +66,6 @@ def main() -> None:
 
         return one, spin
 
-    main_thread = open("/proc/self/comm").read().strip()
     names = ["sleep0", "yield", "cudafd", "cudafd_noboard", "yield_first"]
     names += [f"spin_{s}" for s in a.spins.split(",") if s]
     got: dict[str, list[tuple[float, ...]]] = {n: [] for n in names}
@@ -94,14 +87,8 @@ def main() -> None:
                 lib.cudafd_set_option(_lib.OPT_SPIN_NS, spin)
             rate, before, after, wall, queries = run_on(a.loop, run(one, name != "cudafd_noboard"))
             lib.cudafd_set_option(_lib.OPT_SPIN_NS, default.value)
-            n = rate * wall
-            board_q = queries / n
-            cpu = cpu_per_thread(before, after)
-            cores = sum(cpu.values()) / wall
-            loop_us = cpu.get(main_thread, 0.0) / n * 1e6
-            poller_us = cpu.get("cudafd-poller", 0.0) / n * 1e6
-            board_us = cpu.get("cudafd-board", 0.0) / n * 1e6
-            got[name].append((rate, cores, loop_us, poller_us, board_us, board_q))
+            got[name].append((rate, *per_await(before, after, rate, wall, ("cudafd-poller", "cudafd-board")),
+                              queries / (rate * wall)))
     print_table(got, [("cores", ".2f"), ("loop us/await", ".1f"), ("poller us/await", ".1f"),
                       ("board us/await", ".1f"), ("board q/await", ".2f")])
     gpu.close()
