@@ -49,6 +49,16 @@ class Busy:
 
         return one
 
+    def bare(self, yielder: Callable[[], Awaitable[None]]) -> Callable[[int], Awaitable[None]]:
+        """The ceiling: a launch and one bare yield, learning nothing."""
+        launchers = self.launchers
+
+        async def one(i: int) -> None:
+            launchers[i](KERNEL)
+            await yielder()
+
+        return one
+
 
 async def measure(
     one: Callable[[int], Awaitable[None]], tasks: int, seconds: float, counter: Callable[[], int] = lambda: 0
