@@ -16,7 +16,7 @@ import pytest
 from support import run
 
 import cudafd
-from cudafd import _aio, _aio_line, _aio_spin
+from cudafd import _aio, _aio_line, _aio_spin, _board
 
 pytestmark = pytest.mark.asyncio_only
 
@@ -364,6 +364,39 @@ def test_a_point_still_running_is_not_answered(dev, loop_flavor):
 
         await asyncio.gather(*(worker(s, i) for i, s in enumerate(streams[1:])))
         assert d._board.stats()["queries"] > 0  # the board was asked, and never answered early
+        await _unpark(parked)
+
+    run(loop_flavor, "event", body)
+
+
+def test_without_a_board_the_busy_path_asks_the_driver_itself(dev, loop_flavor, monkeypatch):
+    # Where a plain load may be reordered with later loads (aarch64), no board
+    # is made: the wait after its yield queries the driver on the loop's thread.
+    monkeypatch.setattr(_board, "LOADS_IN_ORDER", False)
+    streams = [dev.stream() for _ in range(5)]
+
+    async def body(api):
+        asked = {"n": 0}
+        real_done_now = api.notifier._done_now
+
+        def done_now(t):
+            asked["n"] += 1
+            return real_done_now(t)
+
+        d, parked = await _parked(api, streams[0])
+        api.notifier._done_now = done_now
+
+        async def worker(s):
+            for _ in range(10):
+                s.launch(10e-6)
+                _busy(300e-6)
+                await api.notifier.wait(s)
+                assert s.idle()
+
+        await asyncio.gather(*(worker(s) for s in streams[1:]))
+        assert d._board is None
+        assert asked["n"] >= 4 * 10  # each await asked the driver itself
+        assert not any(line.slot >= 0 for line in d._lines.values())
         await _unpark(parked)
 
     run(loop_flavor, "event", body)

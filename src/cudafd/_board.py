@@ -11,11 +11,18 @@ late answer, a fault or a lost wake only costs that query.
 One Board per Dispatcher (one loop's thread), a slot per stream (its Line).
 Destroyed when the Dispatcher is collected; its thread exits on its own after
 20 ms with nothing to ask, so an idle loop holds no thread.
+
+Memory order: the answer is read with a plain load (a memoryview item), and
+what the caller reads next (results the work wrote to mapped host memory,
+say) must not be read before it. That holds where loads are not reordered
+with later loads: x86 (TSO). Elsewhere (aarch64: Jetson) no Board is made,
+and the busy path asks the driver itself, whose call orders the loads.
 """
 
 from __future__ import annotations
 
 import ctypes
+import platform
 import weakref
 from ctypes import byref, c_int64, c_void_p
 
@@ -24,6 +31,7 @@ from . import _lib
 __all__ = ["Board", "STATS"]
 
 SLOTS = 1024  # streams bound at once (a Line each: LINES_KEEP empty ones plus those pending)
+LOADS_IN_ORDER = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")  # see "Memory order"
 STATS = ("queries", "answers", "starts", "wakes")
 
 
@@ -39,8 +47,9 @@ class Board:
     @classmethod
     def create(cls, owner: object) -> Board | None:
         """A board living as long as ``owner``, or None where the native core
-        or the driver is unavailable (the busy path then asks the driver itself)."""
-        lib = _lib.try_load()
+        or the driver is unavailable, or loads may be reordered (the busy
+        path then asks the driver itself)."""
+        lib = _lib.try_load() if LOADS_IN_ORDER else None
         if lib is None:
             return None
         ptr = c_void_p()
