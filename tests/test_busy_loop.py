@@ -251,36 +251,45 @@ async def _unpark(parked) -> None:
         await parked
 
 
+async def _busy_rounds(api, streams, rounds: int):
+    """A wait parked on streams[0], and a task per other stream looping
+    (10 µs kernel, 300 µs of its own work, await) ``rounds`` times, each
+    checking that its stream passed the point when its wait returned. Returns
+    the dispatcher and how often the loop asked the driver itself."""
+    asked = {"n": 0}
+    real_done_now = api.notifier._done_now
+
+    def done_now(t):  # the loop's own query: for points the board did not answer
+        asked["n"] += 1
+        return real_done_now(t)
+
+    d, parked = await _parked(api, streams[0])
+    api.notifier._done_now = done_now
+
+    async def worker(s):
+        for _ in range(rounds):
+            s.launch(10e-6)
+            _busy(300e-6)  # a pass of the others outlasts the kernel by far
+            await api.notifier.wait(s)
+            assert s.idle()  # an answer means the stream passed the point
+
+    await asyncio.gather(*(worker(s) for s in streams[1:]))
+    await _unpark(parked)
+    return d, asked["n"]
+
+
 def test_the_board_answers_a_busy_loop_and_the_loop_asks_the_driver_little(dev, loop_flavor):
     streams = [dev.stream() for _ in range(8)]
 
     async def body(api):
-        asked = {"n": 0}
-        real_done_now = api.notifier._done_now
-
-        def done_now(t):  # the loop's own query: only for points the board did not answer
-            asked["n"] += 1
-            return real_done_now(t)
-
-        d, parked = await _parked(api, streams[0])
-        api.notifier._done_now = done_now
-
-        async def worker(s):
-            for _ in range(30):
-                s.launch(10e-6)
-                _busy(300e-6)  # a pass of the 7 outlasts the kernel by far
-                await api.notifier.wait(s)
-                assert s.idle()  # an answer means the stream passed the point
-
-        await asyncio.gather(*(worker(s) for s in streams[1:]))
+        d, asked = await _busy_rounds(api, streams, 30)
         awaits = 7 * 30
         stats = d._board.stats()
         assert stats["answers"] >= awaits // 2, stats
-        assert asked["n"] <= awaits // 2, (asked, stats)
+        assert asked <= awaits // 2, (asked, stats)
         assert stats["queries"] <= 4 * stats["answers"], stats  # paced, not a query per scan
         slots = [line.slot for line in d._lines.values() if line.slot >= 0]
         assert len(slots) == 7 and len(set(slots)) == 7
-        await _unpark(parked)
         board = d._board
         assert all(board.wants[i] == board.done[i] for i in slots)  # nothing left to ask
 
@@ -376,27 +385,35 @@ def test_without_a_board_the_busy_path_asks_the_driver_itself(dev, loop_flavor, 
     streams = [dev.stream() for _ in range(5)]
 
     async def body(api):
-        asked = {"n": 0}
-        real_done_now = api.notifier._done_now
-
-        def done_now(t):
-            asked["n"] += 1
-            return real_done_now(t)
-
-        d, parked = await _parked(api, streams[0])
-        api.notifier._done_now = done_now
-
-        async def worker(s):
-            for _ in range(10):
-                s.launch(10e-6)
-                _busy(300e-6)
-                await api.notifier.wait(s)
-                assert s.idle()
-
-        await asyncio.gather(*(worker(s) for s in streams[1:]))
+        d, asked = await _busy_rounds(api, streams, 10)
         assert d._board is None
-        assert asked["n"] >= 4 * 10  # each await asked the driver itself
+        assert asked >= 4 * 10  # each await asked the driver itself
         assert not any(line.slot >= 0 for line in d._lines.values())
-        await _unpark(parked)
+
+    run(loop_flavor, "event", body)
+
+
+def test_a_wait_over_at_once_keeps_its_place_while_it_yields(dev, loop_flavor):
+    # A lone wait whose work is already over returns without suspending, but
+    # one in QUICK_YIELD_EVERY yields first so the loop is not starved. A wait
+    # started on its stream during that yield must not be taken for lone and
+    # return first: waits on one stream resume in the order they began.
+    shared = dev.stream()
+
+    async def body(api):
+        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
+        d._quick = _aio.QUICK_YIELD_EVERY - 1  # the next quick wait yields, the one after it does not
+        resumed = []
+
+        async def one(name):
+            await api.notifier.wait(shared)  # idle: over at once
+            resumed.append(name)
+
+        first = asyncio.ensure_future(one("first"))
+        await asyncio.sleep(0)  # first is in its yield now
+        assert not first.done()
+        await one("second")  # over at once too
+        await first
+        assert resumed == ["first", "second"]
 
     run(loop_flavor, "event", body)

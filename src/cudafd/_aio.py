@@ -21,7 +21,9 @@ Work already over: a lone wait first asks the driver whether the target has
 finished (one cuStreamQuery / cuEventQuery, no event recorded). If so it
 returns without suspending, as awaiting a done future does; one such wait
 in QUICK_YIELD_EVERY yields to the loop anyway, so a coroutine that launches
-tiny kernels and awaits them in a loop cannot starve the other tasks.
+tiny kernels and awaits them in a loop cannot starve the other tasks. It
+yields as a pending wait (_yield_pending), so a wait started meanwhile on
+its stream is not lone and cannot return ahead of it.
 
 Work about to be over and short waits: a lone wait spins inline in its
 coroutine before any future (_aio_spin). Long lone waits: the loop times
@@ -238,7 +240,7 @@ class Dispatcher(InlineSpin, LoopClock):
                 self._quick += 1
                 if self._quick >= QUICK_YIELD_EVERY:  # but never starve the loop
                     self._quick = 0
-                    await yield_once()
+                    await self._yield_pending()
                 return
             self._quick = 0
         line = None
@@ -343,6 +345,16 @@ class Dispatcher(InlineSpin, LoopClock):
                             board.settle(slot, drop)  # type: ignore[union-attr]
                     if drop:
                         self._lines.pop(t.handle, None)
+
+    async def _yield_pending(self) -> None:
+        """Yield once as a pending wait: one started meanwhile is then not
+        lone, so it cannot return ahead of this one (order on a stream)."""
+        key = object()
+        self._inline[key] = None  # (a _fail_all meanwhile writes here; nothing reads it)
+        try:
+            await yield_once()
+        finally:
+            del self._inline[key]
 
     def _bind(self, stream: int) -> int:
         """The stream's slot on the answer board (made on first use), or -1."""
