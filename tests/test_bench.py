@@ -16,6 +16,7 @@ import sys
 
 import cudafd
 from cudafd._bench import SECTIONS
+from cudafd._bench.report import render
 from support import REAL
 
 
@@ -32,6 +33,13 @@ def test_quick_bench_writes_every_section(tmp_path):
 
     doc = json.loads((tmp_path / "bench.json").read_text())
     assert (tmp_path / "bench.txt").read_text().strip()
+
+    def header(text: str) -> str:
+        return next(line for line in text.splitlines() if line.startswith("cudafd bench on "))
+
+    assert header((tmp_path / "bench.txt").read_text()).endswith("; quick run")  # every section ran
+    partial = dict(doc, sections={"throughput": doc["sections"]["throughput"]})
+    assert header(render(partial)).endswith("; quick settings, sections throughput")
     assert doc["simulator"] is (not REAL)
     assert doc["quick"] is True and doc["meaningful"] is False
     assert set(SECTIONS) <= set(doc["sections"]), list(doc["sections"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from . import SECTIONS
 from .methods import LABELS
 
 __all__ = ["SIM_BANNER", "one_line", "render", "table"]
@@ -203,6 +204,13 @@ def one_line(section: str, res: dict) -> str:
     return "done"
 
 
+def _scope(doc: dict) -> str:
+    """"full run" / "quick run" when every section ran, else which ones did."""
+    kind = "quick" if doc["quick"] else "full"
+    ran = [k for k in SECTIONS if doc["sections"].get(k)]
+    return f"{kind} run" if len(ran) == len(SECTIONS) else f"{kind} settings, sections {','.join(ran) or 'none'}"
+
+
 def render(doc: dict) -> str:
     """The whole report of a run (the JSON document) as text."""
     s = doc["sections"]
@@ -212,7 +220,7 @@ def render(doc: dict) -> str:
     env = doc["environment"]
     parts.append(
         f"cudafd bench on {env.get('device')} (CUDA {env.get('cuda_version')}, driver {env.get('nvidia_driver') or env.get('driver_library')}), "
-        f"Python {env.get('python')}, {env.get('cpu_count')} CPUs; {doc['date_utc']}; {'quick' if doc['quick'] else 'full'} run"
+        f"Python {env.get('python')}, {env.get('cpu_count')} CPUs; {doc['date_utc']}; {_scope(doc)}"
     )
     if s.get("latency"):
         parts.append(_latency(s["latency"]))
