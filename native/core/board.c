@@ -201,6 +201,21 @@ static int wake_locked(cudafd_board *b)
     return CUDAFD_OK;
 }
 
+/* Free the board's memory (NULL: nothing): all of destroy but the thread and the lock. */
+static void free_parts(cudafd_board *b)
+{
+    if (!b)
+        return;
+    free((void *)b->want);
+    free((void *)b->done);
+    free((void *)b->stream);
+    free(b->seen);
+    free(b->est);
+    free((void *)b->answered);
+    free(b->freed);
+    free(b);
+}
+
 CFD_API int cudafd_board_create(int slots, cudafd_board **out)
 {
     if (!out || slots < 1 || slots > (1 << 20))
@@ -220,8 +235,7 @@ CFD_API int cudafd_board_create(int slots, cudafd_board **out)
         b->freed = calloc((size_t)slots, sizeof *b->freed);
     }
     if (!b || !b->want || !b->done || !b->stream || !b->seen || !b->est || !b->answered || !b->freed) {
-        if (b)
-            cudafd_board_destroy(b);
+        free_parts(b); /* its lock and condition were never made: not cudafd_board_destroy */
         return cfd_fail(CUDAFD_E_NOMEM, "board: out of memory");
     }
     pthread_condattr_t ca;
@@ -241,25 +255,16 @@ CFD_API void cudafd_board_destroy(cudafd_board *b)
 {
     if (!b)
         return;
-    if (b->want && b->freed) { /* fully made: stop the thread */
-        pthread_mutex_lock(&b->mu);
-        b->stop = true;
-        pthread_cond_signal(&b->cv);
-        int state = b->state;
-        pthread_mutex_unlock(&b->mu);
-        if (state != TH_NONE)
-            pthread_join(b->th, NULL);
-        pthread_cond_destroy(&b->cv);
-        pthread_mutex_destroy(&b->mu);
-    }
-    free((void *)b->want);
-    free((void *)b->done);
-    free((void *)b->stream);
-    free(b->seen);
-    free(b->est);
-    free((void *)b->answered);
-    free(b->freed);
-    free(b);
+    pthread_mutex_lock(&b->mu);
+    b->stop = true;
+    pthread_cond_signal(&b->cv);
+    int state = b->state;
+    pthread_mutex_unlock(&b->mu);
+    if (state != TH_NONE)
+        pthread_join(b->th, NULL);
+    pthread_cond_destroy(&b->cv);
+    pthread_mutex_destroy(&b->mu);
+    free_parts(b);
 }
 
 CFD_API int cudafd_board_words(cudafd_board *b, const uint32_t **want, const uint32_t **done)
