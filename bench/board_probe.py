@@ -29,6 +29,7 @@ from busy_rounds import KERNEL, measure, per_await, print_table, run_on, start  
 
 import cudafd  # noqa: E402
 from cudafd import _lib  # noqa: E402
+from cudafd._board import _words as words  # noqa: E402  (uint32 words at an address)
 from cudafd._aio_line import yield_once  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -49,10 +50,6 @@ def build_board() -> ctypes.CDLL:
         getattr(b, f).argtypes = [ctypes.c_void_p]
     b.board_free.argtypes = [ctypes.c_void_p]
     return b
-
-
-def words(addr: int, n: int) -> memoryview:
-    return memoryview((ctypes.c_uint32 * n).from_address(addr)).cast("B").cast("I")
 
 
 def main() -> None:
