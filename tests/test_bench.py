@@ -106,3 +106,24 @@ def test_targets_tell_a_miss_from_a_target_out_of_reach():
     assert status({"throughput": tput(100, 100, 200)}) == "miss"
     assert status({"throughput": tput(100, 100, 130)}) == "out of reach"
     assert status({"throughput": tput(100, 100, None)}) == "miss"  # no bound measured: no claim
+
+
+def test_throughput_is_judged_on_ratios_within_a_round():
+    """A slow spell that hits the baseline's good rounds and the method's bad
+    one moves the medians apart; the ratios within each round do not move."""
+    from cudafd._bench.numbers import paired
+    from cudafd._bench.targets import evaluate
+
+    assert paired([3.0, 1.0, 4.0], [2.0, 2.0]) == (1.0, 0.5, 1.5)  # rounds both have; the median, lowest, highest
+    assert paired([1.0], [0.0]) is None and paired([], [1.0]) is None
+
+    def rounds(*rates):
+        return [{"awaits_per_s": r} for r in rates]
+
+    ours = {"awaits_per_s": 150, "cores": 1.2, "rounds": rounds(150, 90, 300)}
+    best = {"awaits_per_s": 200, "rounds": rounds(100, 210, 200)}  # its median beats ours; each round, ours wins 2 of 3
+    sections = {"throughput": {"asyncio": {"streams": 64, "kernel_us": 100,
+                                           "methods": {"cudafd_event": ours, "sleep0": best}}}}
+    (row,) = evaluate(sections)
+    assert row["status"] == "pass", row
+    assert "1.50x sleep0" in row["measured"] and "median of 3 paired rounds, 0.43-1.50x" in row["measured"]

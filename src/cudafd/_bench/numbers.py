@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["CDF_POINTS", "quantile", "summary"]
+__all__ = ["CDF_POINTS", "median", "paired", "quantile", "summary"]
 
 CDF_POINTS = 101  # quantiles 0, 1, ..., 100 % kept in the JSON for the plot
 
@@ -46,3 +46,14 @@ def summary(samples: list[float], digits: int = 2) -> dict[str, Any]:
 
 def median(values: list[float]) -> float:
     return quantile(sorted(values), 0.5)
+
+
+def paired(a: list[float], b: list[float]) -> tuple[float, float, float] | None:
+    """How ``a`` compares with ``b`` round by round: the median, lowest and
+    highest of a[i] / b[i] over the rounds both have (the methods of a section
+    take turns within each round, so a slow spell of a shared machine divides
+    out). None when they share no round with b[i] > 0."""
+    ratios = sorted(x / y for x, y in zip(a, b) if y > 0)
+    if not ratios:
+        return None
+    return quantile(ratios, 0.5), ratios[0], ratios[-1]

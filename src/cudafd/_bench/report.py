@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from . import SECTIONS
 from .methods import LABELS
+from .targets import vs
 
 __all__ = ["SIM_BANNER", "one_line", "render", "table"]
 
@@ -103,18 +104,21 @@ def _bubble(res: dict) -> str:
 
 def _throughput(per_loop: dict) -> str:
     loops = list(per_loop)
-    headers = ["method"] + [h for loop in loops for h in (f"{loop} awaits/s", "cores")]
+    headers = ["method"] + [h for loop in loops for h in (f"{loop} awaits/s", "x sleep0", "cores")]
     rows = []
     for k in _ordered_keys(per_loop, "methods"):
         row: list[object] = [LABELS.get(k, k)]
         for loop in loops:
-            m = per_loop[loop].get("methods", {}).get(k, {})
-            row += [_f(m.get("awaits_per_s"), "{:,.0f}"), _f(m.get("cores"), "{:.2f}")]
+            methods = per_loop[loop].get("methods", {})
+            m = methods.get(k, {})
+            ratio = vs(methods, k, "sleep0")
+            row += [_f(m.get("awaits_per_s"), "{:,.0f}"), _f(ratio and ratio[0], "{:.2f}"), _f(m.get("cores"), "{:.2f}")]
         rows.append(row)
     any_res: dict = next(iter(per_loop.values()), {})
     head = (
         f"Throughput: {any_res.get('streams')} streams each looping ({any_res.get('kernel_us', 0):.0f} us kernel, "
-        f"await); CUDA_DEVICE_MAX_CONNECTIONS={any_res.get('max_connections')}"
+        f"await); CUDA_DEVICE_MAX_CONNECTIONS={any_res.get('max_connections')}; awaits/s and cores: medians "
+        f"of {any_res.get('rounds', '?')} rounds; x sleep0: the median of the ratios within a round"
     )
     return head + "\n" + table(headers, rows)
 

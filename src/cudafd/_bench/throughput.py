@@ -80,6 +80,7 @@ def run(p: dict, progress: Progress) -> dict:
             "streams": p["streams"],
             "kernel_us": float(p["kernel_s"]) * 1e6,
             "seconds": p["seconds"],
+            "rounds": p.get("rounds", 1),
             "max_connections": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "driver default (8)"),
             **state,
         }
