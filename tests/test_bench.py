@@ -108,6 +108,21 @@ def test_targets_tell_a_miss_from_a_target_out_of_reach():
     assert status({"throughput": tput(100, 100, None)}) == "miss"  # no bound measured: no claim
 
 
+def test_scale_gives_no_verdict_unless_every_wait_was_pending_at_once():
+    from cudafd._bench.targets import evaluate
+
+    def row(all_pending):
+        res = {"waits": 10000, "streams": 1000, "all_completed": True, "completed": 10000, "thread_cap": 32,
+               "peak_native_threads": 33, "bytes_per_wait": 500.0, "drain_per_s": 1e5,
+               "all_pending_when_measured": all_pending}
+        (r,) = evaluate({"scale": {"event": res}})
+        return r
+
+    assert row(True)["status"] == "pass"
+    late = row(False)
+    assert late["status"] == "n/a" and "NOT all pending at once" in late["measured"]
+
+
 def test_throughput_is_judged_on_ratios_within_a_round():
     """A slow spell that hits the baseline's good rounds and the method's bad
     one moves the medians apart; the ratios within each round do not move."""
