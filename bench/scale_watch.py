@@ -1,0 +1,129 @@
+"""What a watch costs with thousands pending, and which thread makes it so.
+
+    python bench/scale_watch.py [--waits 10000] [--streams 1000] [--gate 3]
+
+The scale section's setting: every stream waits for a gate (a kernel of
+--gate seconds on a stream of its own), then --waits / --streams watches
+per stream, timed in ten chunks while nothing can complete. Each variant
+runs in a process of its own (the core's options are process-wide) and
+first makes 200 watches of work already over, as the scale section does:
+  event             the event mechanism, default options
+  event_noblock     the same with CUDAFD_OPT_BLOCK_AFTER_NS past the gate:
+                    no blocking waiter takes a lane during the watches
+  event_1blocker    CUDAFD_OPT_MAX_THREADS 1
+  event_nospin      CUDAFD_OPT_SPIN_NS 0: every wait paced from the start
+  spin, hostfunc    the other mechanisms
+Per variant: µs per watch in each chunk, the peak of cudafd's threads, and
+each thread's CPU over the watches (µs per watch, by thread name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+VARIANTS = {
+    "event": ("event", {}),
+    "event_noblock": ("event", {"OPT_BLOCK_AFTER_NS": 60 * 10**9}),
+    "event_1blocker": ("event", {"OPT_MAX_THREADS": 1}),
+    "event_nospin": ("event", {"OPT_SPIN_NS": 0}),
+    "spin": ("spin", {}),
+    "hostfunc": ("hostfunc", {}),
+}
+
+
+def one(variant: str, waits: int, nstreams: int, gate_s: float) -> dict:
+    from thread_cost import snapshot
+
+    import cudafd
+    from cudafd import _lib
+    from cudafd._bench.gpu import EV_SPIN, Gpu
+    from cudafd._notifier import Notifier
+
+    mechanism, options = VARIANTS[variant]
+    lib = _lib.load()
+    for name, value in options.items():
+        rc = lib.cudafd_set_option(getattr(_lib, name), ctypes.c_int64(value))
+        assert rc == 0, (name, rc)
+    gpu = Gpu()
+    n = Notifier(mechanism)
+    handles = gpu.streams(nstreams)
+    gate_stream = gpu.streams(1)[0]
+    warm = [n.watch(handles[i % nstreams]) for i in range(200)]
+    while warm:
+        got = {token for token, _ in n.drain()}
+        warm = [t for t in warm if t not in got]
+        time.sleep(0.001)
+    gate = gpu.event(EV_SPIN)
+    gpu.launch(gate_stream, gate_s)
+    gpu.record(gate, gate_stream)
+    for h in handles:
+        gpu.wait_event(h, gate)
+    per = waits // nstreams
+    chunk = len(handles) // 10
+    chunks, peak = [], 0
+    before = snapshot()
+    t0 = last = time.perf_counter()
+    for k in range(10):
+        for h in handles[k * chunk : (k + 1) * chunk]:
+            for _ in range(per):
+                n.watch(h)
+        now = time.perf_counter()
+        chunks.append(round((now - last) / (chunk * per) * 1e6, 1))
+        peak = max(peak, cudafd.stats().get("threads", 0))
+        last = now
+    total = time.perf_counter() - t0
+    after = snapshot()
+    held = not gpu.query_event(gate)
+    count = chunk * per * 10
+    cpu = {
+        name: round((after[name][0] - before.get(name, [0])[0]) / 1e3 / count, 2)
+        for name in after
+        if name != "core" and after[name][0] - before.get(name, [0])[0] > 0
+    }
+    n.close()
+    return {
+        "variant": variant,
+        "us_per_watch": round(total / count * 1e6, 1),
+        "chunks": chunks,
+        "peak_threads": peak,
+        "gate_held": held,
+        "cpu_us_per_watch": cpu,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--waits", type=int, default=10000)
+    ap.add_argument("--streams", type=int, default=1000)
+    ap.add_argument("--gate", type=float, default=3.0)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--child", default="")
+    a = ap.parse_args()
+    if a.child:
+        print(json.dumps(one(a.child, a.waits, a.streams, a.gate)))
+        return
+    for v in VARIANTS:
+        if a.only and v not in a.only.split(","):
+            continue
+        args = [sys.executable, __file__, "--child", v, "--waits", str(a.waits), "--streams", str(a.streams),
+                "--gate", str(a.gate)]
+        r = subprocess.run(args, capture_output=True, text=True, timeout=120)
+        if r.returncode or not r.stdout.strip():
+            print(f"{v}: failed (rc {r.returncode}): {r.stderr.strip().splitlines()[-1:]}")
+            continue
+        d = json.loads(r.stdout.strip().splitlines()[-1])
+        cpu = ", ".join(f"{k} {x}" for k, x in sorted(d["cpu_us_per_watch"].items(), key=lambda kv: -kv[1])[:4])
+        print(f"{v:15s} {d['us_per_watch']:7.1f} us/watch  chunks {d['chunks']}  threads {d['peak_threads']}  "
+              f"gate held {d['gate_held']}  cpu us/watch: {cpu}")
+
+
+if __name__ == "__main__":
+    main()
