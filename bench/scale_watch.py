@@ -39,7 +39,16 @@ VARIANTS = {
 }
 
 
-def one(variant: str, waits: int, nstreams: int, gate_s: float) -> dict:
+def parse(variant: str) -> tuple[str, dict[str, int]]:
+    """A named variant, or ``mechanism[:OPTION=value,...]`` (options without their OPT_ prefix)."""
+    if variant in VARIANTS:
+        return VARIANTS[variant]
+    mechanism, _, rest = variant.partition(":")
+    options = {f"OPT_{k}": int(float(v)) for k, v in (kv.split("=") for kv in rest.split(",") if kv)}
+    return mechanism, options
+
+
+def one(variant: str, waits: int, nstreams: int, gate_s: float, nchunks: int) -> dict:
     from thread_cost import snapshot
 
     import cudafd
@@ -47,7 +56,7 @@ def one(variant: str, waits: int, nstreams: int, gate_s: float) -> dict:
     from cudafd._bench.gpu import EV_SPIN, Gpu
     from cudafd._notifier import Notifier
 
-    mechanism, options = VARIANTS[variant]
+    mechanism, options = parse(variant)
     lib = _lib.load()
     for name, value in options.items():
         rc = lib.cudafd_set_option(getattr(_lib, name), ctypes.c_int64(value))
@@ -67,11 +76,11 @@ def one(variant: str, waits: int, nstreams: int, gate_s: float) -> dict:
     for h in handles:
         gpu.wait_event(h, gate)
     per = waits // nstreams
-    chunk = len(handles) // 10
+    chunk = max(1, len(handles) // nchunks)
     chunks, peak = [], 0
     before = snapshot()
     t0 = last = time.perf_counter()
-    for k in range(10):
+    for k in range(len(handles) // chunk):
         for h in handles[k * chunk : (k + 1) * chunk]:
             for _ in range(per):
                 n.watch(h)
@@ -82,14 +91,16 @@ def one(variant: str, waits: int, nstreams: int, gate_s: float) -> dict:
     total = time.perf_counter() - t0
     after = snapshot()
     held = not gpu.query_event(gate)
-    count = chunk * per * 10
+    count = chunk * per * (len(handles) // chunk)
     cpu = {
         name: round((after[name][0] - before.get(name, [0])[0]) / 1e3 / count, 2)
         for name in after
         if name != "core" and after[name][0] - before.get(name, [0])[0] > 0
     }
     n.close()
+    stalled = next((i for i, us in enumerate(chunks) if us > 1000), None)
     return {
+        "stalled_after": None if stalled is None else stalled * chunk * per,
         "variant": variant,
         "us_per_watch": round(total / count * 1e6, 1),
         "chunks": chunks,
@@ -104,25 +115,25 @@ def main() -> None:
     ap.add_argument("--waits", type=int, default=10000)
     ap.add_argument("--streams", type=int, default=1000)
     ap.add_argument("--gate", type=float, default=3.0)
-    ap.add_argument("--only", default="")
+    ap.add_argument("--chunks", type=int, default=10)
+    ap.add_argument("--only", default="", help="variants, comma-separated: names above or mechanism:OPTION=value+...")
     ap.add_argument("--child", default="")
     a = ap.parse_args()
     if a.child:
-        print(json.dumps(one(a.child, a.waits, a.streams, a.gate)))
+        print(json.dumps(one(a.child, a.waits, a.streams, a.gate, a.chunks)))
         return
-    for v in VARIANTS:
-        if a.only and v not in a.only.split(","):
-            continue
+    for v in [x.replace("+", ",") for x in a.only.split(",")] if a.only else VARIANTS:
         args = [sys.executable, __file__, "--child", v, "--waits", str(a.waits), "--streams", str(a.streams),
-                "--gate", str(a.gate)]
+                "--gate", str(a.gate), "--chunks", str(a.chunks)]
         r = subprocess.run(args, capture_output=True, text=True, timeout=120)
         if r.returncode or not r.stdout.strip():
             print(f"{v}: failed (rc {r.returncode}): {r.stderr.strip().splitlines()[-1:]}")
             continue
         d = json.loads(r.stdout.strip().splitlines()[-1])
         cpu = ", ".join(f"{k} {x}" for k, x in sorted(d["cpu_us_per_watch"].items(), key=lambda kv: -kv[1])[:4])
-        print(f"{v:15s} {d['us_per_watch']:7.1f} us/watch  chunks {d['chunks']}  threads {d['peak_threads']}  "
-              f"gate held {d['gate_held']}  cpu us/watch: {cpu}")
+        chunks = d["chunks"] if len(d["chunks"]) <= 10 else "..."
+        print(f"{v:15s} {d['us_per_watch']:7.1f} us/watch  stalled after {d['stalled_after']} watches  chunks {chunks}  "
+              f"threads {d['peak_threads']}  gate held {d['gate_held']}  cpu us/watch: {cpu}")
 
 
 if __name__ == "__main__":

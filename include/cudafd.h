@@ -199,8 +199,12 @@ void cudafd_notifier_destroy(cudafd_notifier *n);
  *  12 paced      completions found by a paced (timed) query of the poller
  *  13 wakes      times the poller woke from a sleep (the CPU a long wait costs
  *                it: about one per paced wait)
- *  14 timed      completions found by a caller's cudafd_check */
-#define CUDAFD_STAT_COUNT 15
+ *  14 timed      completions found by a caller's cudafd_check
+ * and one more live count:
+ *  15 notifications  host notifications in flight: host functions and
+ *                blocking waiters' bridges (the core keeps at most 16: past
+ *                the driver's few, every call into the context stalls) */
+#define CUDAFD_STAT_COUNT 16
 const char *cudafd_stat_name(int index);
 /* Fill out[0..n) with the counts; returns how many were filled. */
 int cudafd_stats(int64_t *out, int n);

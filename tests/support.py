@@ -9,19 +9,21 @@ Kernels are launched through the driver entry points in both cases
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import gc
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import cudafd
-from cudafd import _driver, _kernels
+from cudafd import _driver, _kernels, _lib
 
 REAL = os.environ.get("CUDAFD_TEST_DRIVER") == "real"
 MECHANISMS = ("event", "hostfunc", "spin", "poll")
-LIVE_COUNTS = ("threads", "events", "eventfds", "pending", "notifiers", "contexts", "streams")
+LIVE_COUNTS = ("threads", "events", "eventfds", "pending", "notifiers", "contexts", "streams", "notifications")
 
 
 class Stream:
@@ -205,3 +207,16 @@ def wait_for_zero_counts(timeout: float = 10.0) -> dict[str, int]:
         if not any(counts.values()) or time.monotonic() > deadline:
             return counts
         time.sleep(0.01)
+
+
+@contextlib.contextmanager
+def core_option(option: int, value: int) -> Iterator[None]:
+    """A CUDAFD_OPT_* of the native core set to ``value`` for the block (process-wide)."""
+    lib = _lib.load()
+    old = ctypes.c_int64()
+    assert lib.cudafd_get_option(option, ctypes.byref(old)) == 0
+    assert lib.cudafd_set_option(option, value) == 0
+    try:
+        yield
+    finally:
+        lib.cudafd_set_option(option, old.value)

@@ -99,8 +99,8 @@ def test_threads_stay_under_the_cap(dev, mechanism):
         await asyncio.gather(*tasks)
 
     run("asyncio", mechanism, body)
-    # the poller, the blocking waiters (capped at 32 by default) and the watchdog
-    assert peak <= 34, f"{peak} native threads for 100 pending waits"
+    # the poller, the blocking waiters (capped at 16 by default: no more bridges than that) and the watchdog
+    assert peak <= 18, f"{peak} native threads for 100 pending waits"
 
 
 def test_default_wait_uses_one_notifier_per_loop(dev, loop_flavor):

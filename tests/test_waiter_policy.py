@@ -8,29 +8,16 @@ got short again. Only a wait paced for CUDAFD_OPT_BLOCK_AFTER_NS goes to a
 blocking waiter. Counts, not timings, except one generous bound."""
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import select
 import time
 
 import cudafd
 from cudafd import _lib
-
-@contextlib.contextmanager
-def _option(option: int, value: int):
-    """A CUDAFD_OPT_* set to ``value`` for the block."""
-    lib = _lib.load()
-    old = ctypes.c_int64()
-    assert lib.cudafd_get_option(option, ctypes.byref(old)) == 0
-    assert lib.cudafd_set_option(option, value) == 0
-    try:
-        yield
-    finally:
-        lib.cudafd_set_option(option, old.value)
-
+from support import core_option
 
 def _spin_ns(value: int):
-    return _option(_lib.OPT_SPIN_NS, value)
+    return core_option(_lib.OPT_SPIN_NS, value)
 
 
 def _wait_one(n: cudafd.Notifier, stream, seconds: float, seen: dict | None = None) -> None:
@@ -128,7 +115,7 @@ def test_a_long_wait_stays_with_a_poller_that_keeps_finding_work(dev):
 
 def test_only_a_wait_past_block_after_goes_to_a_blocking_waiter(dev):
     s = dev.stream()
-    with _option(_lib.OPT_BLOCK_AFTER_NS, 20_000_000), cudafd.Notifier("event") as n:
+    with core_option(_lib.OPT_BLOCK_AFTER_NS, 20_000_000), cudafd.Notifier("event") as n:
         before = cudafd.stats()
         _wait_one(n, s, 0.005)  # paced
         mid = cudafd.stats()

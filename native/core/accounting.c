@@ -15,14 +15,14 @@ struct cfd_global g = {
     .spin_ns = 50 * 1000,
     .linger_ns = 200 * 1000,
     .watchdog_ns = 10 * 1000 * 1000,
-    .max_threads = 32,
+    .max_threads = CFD_NOTIFY_MAX, /* more blockers than bridges would only nap */
     .block_after_ns = 50 * 1000 * 1000,
     .spin_budget = -1,
 };
 
 static const char *const stat_names[CUDAFD_STAT_COUNT] = {
     "threads", "events", "eventfds", "pending", "notifiers", "contexts", "streams",
-    "completed", "spun", "blocked", "faults", "direct", "paced", "wakes", "timed",
+    "completed", "spun", "blocked", "faults", "direct", "paced", "wakes", "timed", "notifications",
 };
 
 CFD_API const char *cudafd_stat_name(int index)

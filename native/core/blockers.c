@@ -7,9 +7,15 @@
  * noise, and the poller no longer wakes for them. A blocker takes a queued
  * lane only while the poller holds no snapshot of it (l->polling), and then
  * alone completes its waits, in order; the poller keeps querying blocked
- * lanes' heads for faults (check_health in waiters.c).
+ * lanes' heads for faults (check_health in waiters.c). Each blocker's bridge
+ * is a host notification: with none free (CFD_NOTIFY_MAX, internal.h) it
+ * queries its lane every millisecond instead of sleeping on it.
  */
+#include <time.h>
+
 #include "internal.h"
+
+#define NAP_NO_ROOM_NS (1000 * 1000) /* a blocker without a free bridge queries its lane this often */
 
 static void *blocker_main(void *arg);
 
@@ -44,6 +50,14 @@ bool cfd_offer_to_blockers(cfd_lane *l)
  * plain (spinning) synchronize still gives the right answer. */
 static CUresult sleep_on(cfd_ctx *cx, CUevent ev)
 {
+    pthread_mutex_lock(&g.mu);
+    bool room = cfd_notify_take(); /* a bridge is a host notification (internal.h) */
+    pthread_mutex_unlock(&g.mu);
+    if (!room) { /* none free: ask again in a while (NOT_READY: the caller comes back) */
+        struct timespec nap = {0, NAP_NO_ROOM_NS};
+        nanosleep(&nap, NULL);
+        return cu.cuEventQuery(ev);
+    }
     CUstream side = NULL;
     int index = -1;
     CUevent bridge = NULL;
@@ -55,11 +69,11 @@ static CUresult sleep_on(cfd_ctx *cx, CUevent ev)
         r = cu.cuEventQuery(ev); /* the answer for ev itself */
     if (bridge)
         cfd_event_destroy(bridge); /* released by the driver once its record completes */
-    if (index >= 0) {
-        pthread_mutex_lock(&g.mu);
+    pthread_mutex_lock(&g.mu);
+    if (index >= 0)
         cfd_side_release(&cx->bridge, (uintptr_t)ev, index);
-        pthread_mutex_unlock(&g.mu);
-    }
+    cfd_notify_put();
+    pthread_mutex_unlock(&g.mu);
     return r;
 }
 

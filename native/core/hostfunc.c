@@ -14,6 +14,15 @@
  * driver's error when the query reports one: a fault surfaces within about
  * two watchdog periods instead of never.
  *
+ * Host functions in flight are few (CFD_NOTIFY_MAX, shared with the blocking
+ * waiters' bridges): past the driver's own limit cuLaunchHostFunc blocks
+ * until the GPU catches up, and on an H200 so does every other call into the
+ * context, the caller's event loop with it. A watch past the budget records
+ * its event and returns; its host function is launched by the watchdog when
+ * one comes back. Launches keep the order of the watches (once one is put
+ * off, the later ones queue behind it), so the waits of a stream still
+ * complete in order.
+ *
  * Side streams (contexts.c): the waits of one caller's stream share one, so
  * their host functions run in order; a stream with nothing in flight gets an
  * idle one, or a new one up to CFD_SIDE_MAX per context, so a wait behind a
@@ -49,13 +58,68 @@ static void hf_unlink(cfd_wait *w)
     w->next = w->hprev = NULL;
 }
 
+bool cfd_notify_take(void)
+{
+    if (g.stat[ST_NOTIFY] >= CFD_NOTIFY_MAX) /* written under g.mu only */
+        return false;
+    cfd_count(ST_NOTIFY, 1);
+    return true;
+}
+
+void cfd_notify_put(void)
+{
+    cfd_count(ST_NOTIFY, -1);
+    if (g.hf_defer_head) /* the watchdog launches the next one put off */
+        pthread_cond_signal(&g.watchdog_cv);
+}
+
+static void defer_push(cfd_wait *w)
+{
+    w->dnext = NULL;
+    if (g.hf_defer_tail)
+        g.hf_defer_tail->dnext = w;
+    else
+        g.hf_defer_head = w;
+    g.hf_defer_tail = w;
+}
+
+static void defer_remove(cfd_wait *w)
+{
+    cfd_wait *prev = NULL;
+    for (cfd_wait *x = g.hf_defer_head; x; prev = x, x = x->dnext) {
+        if (x != w)
+            continue;
+        if (prev)
+            prev->dnext = w->dnext;
+        else
+            g.hf_defer_head = w->dnext;
+        if (g.hf_defer_tail == w)
+            g.hf_defer_tail = prev;
+        w->dnext = NULL;
+        return;
+    }
+}
+
+/* A wait leaves the hostfunc list (done, failed, faulted): its host function
+ * no longer counts against the budget, or it is no longer to be launched. */
+static void hf_leave(cfd_wait *w)
+{
+    hf_unlink(w);
+    if (w->launched) {
+        w->launched = false;
+        cfd_notify_put();
+    } else {
+        defer_remove(w);
+    }
+}
+
 static void trampoline(void *data)
 {
     uint64_t token = (uint64_t)(uintptr_t)data;
     pthread_mutex_lock(&g.mu);
     cfd_wait *w = cfd_wait_lookup(token);
     if (w) { /* else the watchdog already reported a fault for it */
-        hf_unlink(w);
+        hf_leave(w);
         cfd_wait_complete(w, 0, true);
         if (!g.hf_pending)
             pthread_cond_signal(&g.watchdog_cv);
@@ -123,24 +187,60 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, CU
     }
     bool watchdog_idle = !g.hf_pending; /* it sleeps untimed while nothing is pending */
     hf_link(w);
-    if (watchdog_idle)
+    bool launch = !g.hf_defer_head && cfd_notify_take();
+    if (launch)
+        w->launched = true;
+    else
+        defer_push(w); /* the watchdog launches it: this thread must not block */
+    if (watchdog_idle || !launch)
         pthread_cond_signal(&g.watchdog_cv);
     uint64_t tok = w->token;
     pthread_mutex_unlock(&g.mu);
+    *token = tok;
+    if (!launch)
+        return CUDAFD_OK;
 
     /* From here the trampoline may run (and free w) at any moment. */
     r = cu.cuLaunchHostFunc(side, trampoline, (void *)(uintptr_t)tok);
     if (r != CUDA_SUCCESS) {
         pthread_mutex_lock(&g.mu);
         if ((w = cfd_wait_lookup(tok)) != NULL) {
-            hf_unlink(w);
+            hf_leave(w);
             cfd_wait_discard(w);
         }
         pthread_mutex_unlock(&g.mu);
         return cfd_fail_cuda(r, "cuLaunchHostFunc");
     }
-    *token = tok;
     return CUDAFD_OK;
+}
+
+/* Launch the host functions put off, in order, while the budget allows
+ * (watchdog thread, g.mu held; released around each launch). A wait cannot
+ * leave the hostfunc list before its launch (only its host function, a
+ * fault query of this thread, or a failed launch take it out), so w and
+ * its side stream stay valid meanwhile. */
+static void launch_deferred(CUcontext *current)
+{
+    while (g.hf_defer_head && cfd_notify_take()) {
+        cfd_wait *w = g.hf_defer_head;
+        g.hf_defer_head = w->dnext;
+        if (!g.hf_defer_head)
+            g.hf_defer_tail = NULL;
+        w->dnext = NULL;
+        w->launched = true;
+        uint64_t tok = w->token;
+        CUcontext ctx = w->cx->ctx;
+        CUstream side = w->cx->side.stream[w->side];
+        pthread_mutex_unlock(&g.mu);
+        if (ctx != *current && cu.cuCtxSetCurrent(ctx) == CUDA_SUCCESS)
+            *current = ctx;
+        CUresult r = cu.cuLaunchHostFunc(side, trampoline, (void *)(uintptr_t)tok);
+        pthread_mutex_lock(&g.mu);
+        if (r != CUDA_SUCCESS && (w = cfd_wait_lookup(tok)) != NULL) {
+            hf_leave(w);
+            cfd_wait_complete(w, r, false); /* a faulted or destroyed context: the wait reports it */
+        }
+    }
 }
 
 
@@ -163,6 +263,7 @@ static void *watchdog_main(void *arg)
     pthread_mutex_lock(&g.mu);
     for (;;) {
         bury_parked_events();
+        launch_deferred(&current);
         if (!g.hf_pending) {
             if (g.nopen == 0)
                 break;
@@ -191,7 +292,7 @@ static void *watchdog_main(void *arg)
                 continue;
             cfd_wait *w = cfd_wait_lookup(batch[i].token);
             if (w) {
-                hf_unlink(w);
+                hf_leave(w);
                 cfd_wait_complete(w, batch[i].r, false);
             }
         }

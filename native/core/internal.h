@@ -101,11 +101,13 @@ typedef struct cfd_wait {
     struct cfd_wait *nprev, *nnext; /* in the notifier's attached list */
     struct cfd_wait *next;          /* in the lane, the hostfunc list or the free list */
     struct cfd_wait *hprev;         /* in the hostfunc list */
+    struct cfd_wait *dnext;         /* in the hostfunc launches put off (g.hf_defer_head) */
     struct cfd_lane *lane;
     cfd_ctx *cx;
     CUevent ev;   /* what is waited on */
     bool owns_ev; /* ev came from the pool */
     uint8_t mech;
+    bool launched;       /* hostfunc: its host function is launched (holds a notification, cfd_notify_take) */
     int8_t side;         /* the side stream it holds (cfd_side_stream, cx->side), or -1 */
     uintptr_t side_key;  /* the key it holds it for */
     int64_t t0;  /* when it was watched */
@@ -214,6 +216,16 @@ int64_t cfd_caller_overdue(int64_t now, bool *released);
 bool cfd_paced_long(const cfd_lane *l, int64_t now); /* paced for CUDAFD_OPT_BLOCK_AFTER_NS */
 int cfd_hostfunc_watch(struct cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream,
                        CUevent user_event, uint64_t *token);
+/* Host notifications: work the GPU must tell the host about when it gets
+ * there (a record of a blocking-sync event, a host function). The driver
+ * keeps only a few in flight per context: past them (17-24 bridges, 31-40
+ * host functions behind a gate, on an H200: bench/scale_watch.py) the call
+ * that adds one blocks until the GPU retires one, and every other call into
+ * the context waits behind it, the caller's event loop included. The core
+ * keeps at most CFD_NOTIFY_MAX of its own in flight (g.mu held). */
+#define CFD_NOTIFY_MAX 16
+bool cfd_notify_take(void); /* one more may go out (counted); false: wait for cfd_notify_put */
+void cfd_notify_put(void);  /* one came back */
 
 /* ---- global state ---- */
 struct cfd_global {
@@ -241,7 +253,8 @@ struct cfd_global {
     pthread_cond_t watchdog_cv;
     bool watchdog_running;
     int probing; /* threads querying events they do not own: no event or record may be retired */
-    cfd_wait *hf_pending; /* singly linked via next */
+    cfd_wait *hf_pending; /* doubly linked via next and hprev */
+    cfd_wait *hf_defer_head, *hf_defer_tail; /* waits whose host function the watchdog is to launch, in order */
     CUevent *graveyard;   /* events to destroy outside the callback thread */
     int ngrave, capgrave;
     /* life */
@@ -254,7 +267,7 @@ extern struct cfd_global g;
 
 enum {
     ST_THREADS, ST_EVENTS, ST_EVENTFDS, ST_PENDING, ST_NOTIFIERS, ST_CONTEXTS, ST_STREAMS,
-    ST_COMPLETED, ST_SPUN, ST_BLOCKED, ST_FAULTS, ST_DIRECT, ST_PACED, ST_WAKES, ST_TIMED
+    ST_COMPLETED, ST_SPUN, ST_BLOCKED, ST_FAULTS, ST_DIRECT, ST_PACED, ST_WAKES, ST_TIMED, ST_NOTIFY
 };
 
 static inline void cfd_count(int index, int64_t delta)

@@ -20,6 +20,11 @@
  *    was latest when it was called.
  *  - Host functions run in order on one separate "driver callback" thread,
  *    block their stream until they return, and never run after a fault.
+ *  - Host notifications (host functions, records of BLOCKING_SYNC events)
+ *    are few: with CUDAFDSIM_NOTIFY_MAX of a context's in flight, the call
+ *    that would add one blocks until one is retired, and every other call
+ *    that enqueues work in that context waits behind it, as an H200 does
+ *    (bench/scale_watch.py).
  *  - Handles are checked: a destroyed or made-up stream or event gives
  *    CUDA_ERROR_INVALID_HANDLE, a destroyed context
  *    CUDA_ERROR_CONTEXT_IS_DESTROYED (never a crash).
@@ -47,6 +52,7 @@ extern "C" {
 #endif
 
 #define CUDAFDSIM_ABI_VERSION 1
+#define CUDAFDSIM_NOTIFY_MAX 24 /* a context's host notifications in flight (the H200 stalled at 17-40) */
 int cudafdsim_abi_version(void);
 
 /* A new context on device `dev`, not made current anywhere. */

@@ -42,6 +42,7 @@ static void init_globals(void)
 {
     sim_cond_init_monotonic(&sim.sched_cv);
     pthread_cond_init(&sim.cb_cv, NULL);
+    pthread_cond_init(&sim.notify_cv, NULL);
     int n = SIM_DEFAULT_DEVICES;
     const char *env = getenv("CUDAFD_SIM_DEVICES");
     if (env && *env) {

@@ -129,6 +129,9 @@ SIM_API CUresult cuEventRecord(CUevent event, CUstream stream)
         rc = sim_ctx_usable(s->ctx);
     if (rc == CUDA_SUCCESS) {
         struct sim_op *op = sim_op_new(SIM_OP_RECORD);
+        if (op)
+            op->notify = (e->flags & CU_EVENT_BLOCKING_SYNC) != 0;
+        e->refs++; /* the enqueue may wait for room (unlocked) */
         if (!op) {
             rc = CUDA_ERROR_OUT_OF_MEMORY;
         } else if ((rc = sim_enqueue_locked(s, op)) != CUDA_SUCCESS) {
@@ -141,6 +144,7 @@ SIM_API CUresult cuEventRecord(CUevent event, CUstream stream)
                 sim_op_unref_locked(e->last);
             e->last = op;
         }
+        sim_event_unref_locked(e);
     }
     pthread_mutex_unlock(&sim.lock);
     return rc;

@@ -77,6 +77,7 @@ struct sim_op {
     enum sim_op_kind kind;
     bool done;      /* record: the stream reached it */
     bool dropped;   /* removed unexecuted (fault, context destroyed) */
+    bool notify;    /* a host notification: counted in its context's `notify` while queued */
     struct sim_op *next;    /* stream queue */
     struct sim_op *cb_next; /* callback queue */
     uint64_t enq_ns;
@@ -128,6 +129,8 @@ struct sim_ctx {
     CUresult fault;           /* sticky, 0 while healthy */
     uint64_t fault_at;        /* sim_now_ns() when it faulted */
     int64_t queued;           /* ops queued on all of its streams */
+    int notify;               /* host notifications queued (CUDAFDSIM_NOTIFY_MAX) */
+    int notify_blocked;       /* threads waiting to add one: every enqueue waits behind them */
     int waiters;              /* threads in cuCtxSynchronize */
     pthread_cond_t cv;
     struct sim_stream *default_stream;
@@ -150,6 +153,7 @@ struct sim_global {
     pthread_cond_t sched_cv; /* CLOCK_MONOTONIC */
     bool sched_started;
     struct sim_stream *active;
+    pthread_cond_t notify_cv; /* a host notification retired, or a context faulted or went */
     /* callback thread: host functions handed over by the scheduler */
     pthread_cond_t cb_cv;
     bool cb_started;

@@ -100,12 +100,24 @@ static void release_handle(struct sim_stream *s)
         sim.n_streams--;
 }
 
+/* A host notification left its context's queue (done or dropped). */
+static void notify_retired(struct sim_ctx *c, struct sim_op *op)
+{
+    if (!op->notify)
+        return;
+    op->notify = false;
+    c->notify--;
+    pthread_cond_broadcast(&sim.notify_cv);
+}
+
 static void drop_queue(struct sim_stream *s)
 {
     struct sim_ctx *c = s->ctx;
+    pthread_cond_broadcast(&sim.notify_cv); /* callers waiting for room see the fault or the end */
     for (struct sim_op *op = s->head, *next; op; op = next) {
         next = op->next;
         op->dropped = true; /* a host function handed over is skipped */
+        notify_retired(c, op);
         if (op->kind == SIM_OP_RECORD && op->record.ev) {
             sim_event_unref_locked(op->record.ev);
             op->record.ev = NULL;
@@ -193,11 +205,35 @@ void sim_op_unref_locked(struct sim_op *op)
     free(op);
 }
 
+/* Wait for room for a host notification (op->notify), or for the callers
+ * waiting for room (any other op): the driver's stall (cudafd_sim.h). */
+static CUresult wait_for_room(struct sim_stream *s, struct sim_op *op)
+{
+    struct sim_ctx *c = s->ctx;
+    if (op->notify ? c->notify < CUDAFDSIM_NOTIFY_MAX : c->notify_blocked == 0)
+        return CUDA_SUCCESS;
+    CUresult rc = CUDA_SUCCESS;
+    s->refs++;
+    c->notify_blocked += op->notify;
+    while (rc == CUDA_SUCCESS && (op->notify ? c->notify >= CUDAFDSIM_NOTIFY_MAX : c->notify_blocked > 0)) {
+        pthread_cond_wait(&sim.notify_cv, &sim.lock);
+        rc = s->destroyed ? CUDA_ERROR_INVALID_HANDLE : sim_ctx_usable(c);
+    }
+    c->notify_blocked -= op->notify;
+    pthread_cond_broadcast(&sim.notify_cv); /* the others behind it */
+    sim_stream_unref_locked(s);
+    return rc;
+}
+
 CUresult sim_enqueue_locked(struct sim_stream *s, struct sim_op *op)
 {
     CUresult rc = sim_sched_start_locked();
     if (rc != CUDA_SUCCESS)
         return rc;
+    if ((rc = wait_for_room(s, op)) != CUDA_SUCCESS)
+        return rc;
+    if (op->notify)
+        s->ctx->notify++;
     op->enq_ns = sim_now_ns();
     op->next = NULL;
     if (s->tail) {
@@ -226,6 +262,7 @@ bool sim_stream_pop_locked(struct sim_stream *s, uint64_t ready_ns)
     s->done_count++;
     c->queued--;
     sim.n_queued--;
+    notify_retired(c, op);
     sim_op_unref_locked(op);
     if (s->waiters)
         pthread_cond_broadcast(&s->cv);
@@ -396,6 +433,7 @@ SIM_API CUresult cuLaunchHostFunc(CUstream stream, CUhostFn fn, void *user_data)
             op->host.fn = fn;
             op->host.data = user_data;
             op->host.state = SIM_HOST_QUEUED;
+            op->notify = true;
             if ((rc = sim_enqueue_locked(s, op)) != CUDA_SUCCESS)
                 free(op);
         }

@@ -8,7 +8,10 @@
  * Covered: ordering and exactly-once delivery across many streams and two
  * contexts for every mechanism; waits from several threads at once; a
  * cancellation storm; a fault with many pending waiters; close with pending
- * waits; waits timed by their caller (stress_timed.c); the answer board
+ * waits; hostfunc waits past the host-notification budget (launched later
+ * by the watchdog: the cancel, close and fault cases hold hundreds) and more
+ * blocking waiters than bridges; waits timed by their caller
+ * (stress_timed.c); the answer board
  * (stress_board.c); bad input; every
  * live count back to zero at the end.
  */
@@ -402,7 +405,7 @@ static void check_counts_zero(void)
     double deadline = now_s() + 10.0;
     for (;;) {
         cudafd_stats(st, CUDAFD_STAT_COUNT);
-        int live = 0;
+        int live = st[15] != 0; /* host notifications in flight */
         for (int i = 0; i <= 6; i++)
             live += st[i] != 0;
         if (!live || now_s() > deadline)
@@ -411,6 +414,7 @@ static void check_counts_zero(void)
     }
     for (int i = 0; i <= 6; i++)
         CHECK(st[i] == 0, "%s = %lld at the end", cudafd_stat_name(i), (long long)st[i]);
+    CHECK(st[15] == 0, "%s = %lld at the end", cudafd_stat_name(15), (long long)st[15]);
     CHECK(st[9] > 0, "no wait reached a blocking waiter");
     CHECK(st[14] > 0, "no wait was timed by its caller");
     printf("stress: completed %lld (spun %lld of which paced %lld, blocked %lld, direct %lld, faults %lld, "
@@ -449,6 +453,11 @@ int main(void)
     cudafd_set_option(CUDAFD_OPT_BLOCK_AFTER_NS, 0);
     test_ordering(CUDAFD_MECH_EVENT, a, b);
     test_threads(CUDAFD_MECH_EVENT, a);
+    test_cancel(CUDAFD_MECH_EVENT, a);
+    test_fault(CUDAFD_MECH_EVENT);
+    /* more blocking waiters than bridges (CFD_NOTIFY_MAX): the rest query their lanes */
+    cudafd_set_option(CUDAFD_OPT_MAX_THREADS, 64);
+    test_ordering(CUDAFD_MECH_EVENT, a, b);
     test_cancel(CUDAFD_MECH_EVENT, a);
     test_fault(CUDAFD_MECH_EVENT);
     cudafd_set_option(CUDAFD_OPT_MAX_THREADS, 1);

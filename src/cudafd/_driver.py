@@ -64,6 +64,7 @@ SIGNATURES: dict[str, list[object]] = {
     "cuStreamSynchronize": [_P],
     "cuStreamGetCtx": [_P, POINTER(_P)],
     "cuStreamQuery": [_P],
+    "cuStreamWaitEvent": [_P, _P, c_uint],
     "cuEventCreate": [POINTER(_P), c_uint],
     "cuEventDestroy": [_P],
     "cuEventRecord": [_P, _P],

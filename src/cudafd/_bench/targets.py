@@ -191,7 +191,7 @@ def _scale(sections: dict) -> list[dict]:
         if "all_completed" not in res:
             rows.append(_row(name, target, res.get("error", "not measured"), None))
             continue
-        cap = res.get("thread_cap") or 32
+        cap = res.get("thread_cap") or 16
         threads_ok = res.get("peak_native_threads", 0) <= cap + 2  # + the poller and the hostfunc watchdog
         measured = (
             f"{res.get('completed')}/{res.get('waits')} done, peak {res.get('peak_native_threads')} threads (cap {cap}+2), "

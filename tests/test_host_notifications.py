@@ -1,0 +1,102 @@
+"""A watch never blocks on the driver's few host notifications.
+
+Host functions and records of blocking-sync events are host notifications:
+the driver keeps only a few of a context's in flight, and past them the call
+that adds one blocks until the GPU retires one, while every other call into
+the context waits behind it (an H200 stalled at 17-40, bench/scale_watch.py;
+the simulator at 24). The core keeps at most 16 of its own in flight: a
+hostfunc wait past them has its host function launched later by the
+watchdog, and a blocking waiter past them queries its lane instead of
+bridging to it. Each test holds waits behind a gate (a kernel on a stream of
+its own whose end every stream waits for), checks that no watch blocked,
+then that every wait completes, in order on each stream, once the gate
+opens."""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import select
+import time
+
+import cudafd
+from cudafd import _driver, _lib
+from support import core_option
+
+GATE_S = 2.0
+SLOW_WATCH_S = 0.5  # a watch this slow was held up by the driver (the gate holds for GATE_S)
+
+
+@contextlib.contextmanager
+def _gate(dev, streams):
+    """Every stream waits for a kernel of GATE_S on a stream of its own; yields
+    a function that tells whether the gate is still closed."""
+    drv = dev.drv
+    g = dev.stream()
+    ev = ctypes.c_void_p()
+    with _driver.pushed(dev.ctx):
+        _driver.check(drv.cuEventCreate(ctypes.byref(ev), 2))  # CU_EVENT_DISABLE_TIMING
+    try:
+        g.launch(GATE_S)
+        with _driver.pushed(dev.ctx):
+            _driver.check(drv.cuEventRecord(ev, g.handle))
+            for s in streams:
+                _driver.check(drv.cuStreamWaitEvent(s.handle, ev, 0))
+        yield lambda: drv.cuEventQuery(ev) != 0
+    finally:
+        g.synchronize()
+        drv.cuEventDestroy(ev)
+
+
+def _watch_all(n, streams, per_stream):
+    """Watch each stream per_stream times; (token, stream index) in watch order, and the slowest watch."""
+    order, slowest = [], 0.0
+    for _ in range(per_stream):
+        for i, s in enumerate(streams):
+            t0 = time.monotonic()
+            order.append((n.watch(s), i))
+            slowest = max(slowest, time.monotonic() - t0)
+    return order, slowest
+
+
+def _complete_in_order(n, order):
+    """Every token completes without error, and those of each stream in watch order."""
+    done: list[int] = []
+    results: dict[int, object] = {}
+    deadline = time.monotonic() + GATE_S + 20
+    while len(results) < len(order) and time.monotonic() < deadline:
+        select.select([n.fileno()], [], [], 1.0)
+        for token, exc in n.drain():
+            results[token] = exc
+            done.append(token)
+    assert len(results) == len(order), f"{len(order) - len(results)} waits never completed"
+    assert all(exc is None for exc in results.values()), results
+    rank = {t: k for k, t in enumerate(done)}
+    by_stream: dict[int, list[int]] = {}
+    for token, i in order:
+        by_stream.setdefault(i, []).append(rank[token])
+    for i, ranks in by_stream.items():
+        assert ranks == sorted(ranks), f"stream {i} completed out of order: {ranks}"
+
+
+def test_hostfunc_waits_past_the_drivers_limit_do_not_block_the_watch(dev):
+    streams = [dev.stream() for _ in range(40)]
+    with cudafd.Notifier("hostfunc") as n, _gate(dev, streams) as closed:
+        order, slowest = _watch_all(n, streams, 2)  # 80 host functions: past the limit
+        assert slowest < SLOW_WATCH_S, f"a watch blocked {slowest:.2f} s on the driver"
+        assert closed(), "the gate opened before the watches ended: nothing was tested"
+        _complete_in_order(n, order)
+
+
+def test_blocking_waiters_past_the_limit_do_not_block_the_watch(dev):
+    streams = [dev.stream() for _ in range(40)]
+    # every wait goes to a blocking waiter after 1 ms, and up to 64 of them may run
+    with core_option(_lib.OPT_BLOCK_AFTER_NS, 1_000_000), core_option(_lib.OPT_MAX_THREADS, 64), cudafd.Notifier(
+        "event"
+    ) as n, _gate(dev, streams) as closed:
+        first, slow1 = _watch_all(n, streams, 1)
+        time.sleep(0.4)  # the blocking waiters take the lanes
+        assert cudafd.stats()["threads"] > 16, "fewer blocking waiters than bridges: nothing was tested"
+        more, slow2 = _watch_all(n, streams, 1)
+        assert max(slow1, slow2) < SLOW_WATCH_S, f"a watch blocked {max(slow1, slow2):.2f} s on the driver"
+        assert closed(), "the gate opened before the watches ended: nothing was tested"
+        _complete_in_order(n, first + more)
