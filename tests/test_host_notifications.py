@@ -20,7 +20,7 @@ import time
 
 import cudafd
 from cudafd import _driver, _lib
-from support import core_option
+from support import core_option, wait_for_zero_counts
 
 GATE_S = 2.0
 SLOW_WATCH_S = 0.5  # a watch this slow was held up by the driver (the gate holds for GATE_S)
@@ -100,3 +100,24 @@ def test_blocking_waiters_past_the_limit_do_not_block_the_watch(dev):
         assert max(slow1, slow2) < SLOW_WATCH_S, f"a watch blocked {max(slow1, slow2):.2f} s on the driver"
         assert closed(), "the gate opened before the watches ended: nothing was tested"
         _complete_in_order(n, first + more)
+
+
+def test_hostfunc_waits_put_off_and_then_detached_are_never_launched(dev):
+    """Closing the notifier detaches the waits whose host function was put
+    off: they are dropped unlaunched (the close also retires the side streams
+    they were to run on), and everything is freed once the gate opens."""
+    streams = [dev.stream() for _ in range(40)]
+    drv = dev.drv
+    ran_before = drv.sim.stats()["hostfuncs_run"] if drv.sim is not None else 0
+    with _gate(dev, streams) as closed:
+        n = cudafd.Notifier("hostfunc")
+        order, slowest = _watch_all(n, streams, 2)
+        launched = cudafd.stats()["notifications"]
+        assert 0 < launched <= 16 < len(order), launched
+        n.close()  # with 64 of them put off
+        del n
+        assert closed(), "the gate opened before the close: nothing was tested"
+    counts = wait_for_zero_counts()
+    assert not any(counts.values()), counts
+    if drv.sim is not None:  # only the host functions launched before the close ran
+        assert drv.sim.stats()["hostfuncs_run"] - ran_before <= launched

@@ -218,19 +218,31 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, CU
  * (watchdog thread, g.mu held; released around each launch). A wait cannot
  * leave the hostfunc list before its launch (only its host function, a
  * fault query of this thread, or a failed launch take it out), so w and
- * its side stream stay valid meanwhile. */
+ * its side stream stay valid meanwhile; the launch counts as a probe, so
+ * the last notifier's close cannot retire the side stream under it. A wait
+ * detached meanwhile (cancelled, its notifier closed) is dropped unlaunched:
+ * nobody asks about it, and once no notifier is open its side stream is
+ * retired. */
 static void launch_deferred(CUcontext *current)
 {
-    while (g.hf_defer_head && cfd_notify_take()) {
+    while (g.hf_defer_head) {
         cfd_wait *w = g.hf_defer_head;
+        if (w->n && !cfd_notify_take())
+            return;
         g.hf_defer_head = w->dnext;
         if (!g.hf_defer_head)
             g.hf_defer_tail = NULL;
         w->dnext = NULL;
+        if (!w->n) {
+            hf_unlink(w);
+            cfd_wait_complete(w, 0, false);
+            continue;
+        }
         w->launched = true;
         uint64_t tok = w->token;
         CUcontext ctx = w->cx->ctx;
         CUstream side = w->cx->side.stream[w->side];
+        cfd_probe_begin();
         pthread_mutex_unlock(&g.mu);
         if (ctx != *current && cu.cuCtxSetCurrent(ctx) == CUDA_SUCCESS)
             *current = ctx;
@@ -240,9 +252,9 @@ static void launch_deferred(CUcontext *current)
             hf_leave(w);
             cfd_wait_complete(w, r, false); /* a faulted or destroyed context: the wait reports it */
         }
+        cfd_probe_end();
     }
 }
-
 
 static void bury_parked_events(void)
 {
