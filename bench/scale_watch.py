@@ -25,6 +25,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -48,7 +49,7 @@ def parse(variant: str) -> tuple[str, dict[str, int]]:
     return mechanism, options
 
 
-def one(variant: str, waits: int, nstreams: int, gate_s: float, nchunks: int) -> dict:
+def one(variant: str, waits: int, nstreams: int, gate_s: float, nchunks: int, observe: bool) -> dict:
     from thread_cost import snapshot
 
     import cudafd
@@ -75,6 +76,13 @@ def one(variant: str, waits: int, nstreams: int, gate_s: float, nchunks: int) ->
     gpu.record(gate, gate_stream)
     for h in handles:
         gpu.wait_event(h, gate)
+    stop = threading.Event()
+    if observe:  # as the scale section does: a thread polling the gate every 50 us meanwhile
+        def poll_gate() -> None:
+            while not stop.is_set() and not gpu.query_event(gate):
+                time.sleep(50e-6)
+
+        threading.Thread(target=poll_gate, daemon=True).start()
     per = waits // nstreams
     chunk = max(1, len(handles) // nchunks)
     chunks, peak = [], 0
@@ -91,6 +99,7 @@ def one(variant: str, waits: int, nstreams: int, gate_s: float, nchunks: int) ->
     total = time.perf_counter() - t0
     after = snapshot()
     held = not gpu.query_event(gate)
+    stop.set()
     count = chunk * per * (len(handles) // chunk)
     cpu = {
         name: round((after[name][0] - before.get(name, [0])[0]) / 1e3 / count, 2)
@@ -116,15 +125,16 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=1000)
     ap.add_argument("--gate", type=float, default=3.0)
     ap.add_argument("--chunks", type=int, default=10)
+    ap.add_argument("--observe", action="store_true", help="poll the gate from a thread during the watches")
     ap.add_argument("--only", default="", help="variants, comma-separated: names above or mechanism:OPTION=value+...")
     ap.add_argument("--child", default="")
     a = ap.parse_args()
     if a.child:
-        print(json.dumps(one(a.child, a.waits, a.streams, a.gate, a.chunks)))
+        print(json.dumps(one(a.child, a.waits, a.streams, a.gate, a.chunks, a.observe)))
         return
     for v in [x.replace("+", ",") for x in a.only.split(",")] if a.only else VARIANTS:
         args = [sys.executable, __file__, "--child", v, "--waits", str(a.waits), "--streams", str(a.streams),
-                "--gate", str(a.gate), "--chunks", str(a.chunks)]
+                "--gate", str(a.gate), "--chunks", str(a.chunks)] + (["--observe"] if a.observe else [])
         r = subprocess.run(args, capture_output=True, text=True, timeout=120)
         if r.returncode or not r.stdout.strip():
             print(f"{v}: failed (rc {r.returncode}): {r.stderr.strip().splitlines()[-1:]}")
