@@ -192,7 +192,7 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, CU
         w->launched = true;
     else
         defer_push(w); /* the watchdog launches it: this thread must not block */
-    if (watchdog_idle || !launch)
+    if (watchdog_idle) /* else it is up, or comes up when a host function comes back (cfd_notify_put) */
         pthread_cond_signal(&g.watchdog_cv);
     uint64_t tok = w->token;
     pthread_mutex_unlock(&g.mu);
@@ -272,6 +272,7 @@ static void *watchdog_main(void *arg)
         CUresult r;
     } batch[WATCHDOG_BATCH];
     CUcontext current = NULL;
+    int64_t next_check = 0; /* fault queries once a period, however often it is woken */
     pthread_mutex_lock(&g.mu);
     for (;;) {
         bury_parked_events();
@@ -280,10 +281,16 @@ static void *watchdog_main(void *arg)
             if (g.nopen == 0)
                 break;
             pthread_cond_wait(&g.watchdog_cv, &g.mu);
+            next_check = cfd_now_ns() + g.watchdog_ns;
             continue;
         }
-        cfd_cond_wait_ns(&g.watchdog_cv, g.watchdog_ns);
-        int64_t old = cfd_now_ns() - g.watchdog_ns;
+        int64_t now = cfd_now_ns();
+        if (now < next_check) { /* woken early: a host function came back, or a wait came */
+            cfd_cond_wait_ns(&g.watchdog_cv, next_check - now);
+            continue;
+        }
+        next_check = now + g.watchdog_ns;
+        int64_t old = now - g.watchdog_ns;
         int k = 0;
         for (cfd_wait *w = g.hf_pending; w && k < WATCHDOG_BATCH; w = w->next)
             if (w->t0 <= old)
