@@ -27,16 +27,16 @@ SLOW_WATCH_S = 0.5  # a watch this slow was held up by the driver (the gate hold
 
 
 @contextlib.contextmanager
-def _gate(dev, streams):
-    """Every stream waits for a kernel of GATE_S on a stream of its own; yields
-    a function that tells whether the gate is still closed."""
+def _gate(dev, streams, seconds=GATE_S):
+    """Every stream waits for a kernel of ``seconds`` on a stream of its own;
+    yields a function that tells whether the gate is still closed."""
     drv = dev.drv
     g = dev.stream()
     ev = ctypes.c_void_p()
     with _driver.pushed(dev.ctx):
         _driver.check(drv.cuEventCreate(ctypes.byref(ev), 2))  # CU_EVENT_DISABLE_TIMING
     try:
-        g.launch(GATE_S)
+        g.launch(seconds)
         with _driver.pushed(dev.ctx):
             _driver.check(drv.cuEventRecord(ev, g.handle))
             for s in streams:
@@ -62,7 +62,7 @@ def _complete_in_order(n, order):
     """Every token completes without error, and those of each stream in watch order."""
     done: list[int] = []
     results: dict[int, object] = {}
-    deadline = time.monotonic() + GATE_S + 20
+    deadline = time.monotonic() + 2 * GATE_S + 20
     while len(results) < len(order) and time.monotonic() < deadline:
         select.select([n.fileno()], [], [], 1.0)
         for token, exc in n.drain():
@@ -92,9 +92,11 @@ def test_blocking_waiters_past_the_limit_do_not_block_the_watch(dev):
     # every wait goes to a blocking waiter after 1 ms, and up to 64 of them may run
     with core_option(_lib.OPT_BLOCK_AFTER_NS, 1_000_000), core_option(_lib.OPT_MAX_THREADS, 64), cudafd.Notifier(
         "event"
-    ) as n, _gate(dev, streams) as closed:
+    ) as n, _gate(dev, streams, 2 * GATE_S) as closed:
         first, slow1 = _watch_all(n, streams, 1)
-        time.sleep(0.4)  # the blocking waiters take the lanes
+        deadline = time.monotonic() + GATE_S  # the blocking waiters take the lanes as the poller hands them over
+        while cudafd.stats()["threads"] <= 16 and time.monotonic() < deadline:
+            time.sleep(0.02)
         assert cudafd.stats()["threads"] > 16, "fewer blocking waiters than bridges: nothing was tested"
         more, slow2 = _watch_all(n, streams, 1)
         assert max(slow1, slow2) < SLOW_WATCH_S, f"a watch blocked {max(slow1, slow2):.2f} s on the driver"
