@@ -76,6 +76,7 @@ void cfd_notify_put(void)
 static void defer_push(cfd_wait *w)
 {
     w->dnext = NULL;
+    w->dprev = g.hf_defer_tail;
     if (g.hf_defer_tail)
         g.hf_defer_tail->dnext = w;
     else
@@ -83,21 +84,18 @@ static void defer_push(cfd_wait *w)
     g.hf_defer_tail = w;
 }
 
+/* Out of the queue of launches put off (w is in it). */
 static void defer_remove(cfd_wait *w)
 {
-    cfd_wait *prev = NULL;
-    for (cfd_wait *x = g.hf_defer_head; x; prev = x, x = x->dnext) {
-        if (x != w)
-            continue;
-        if (prev)
-            prev->dnext = w->dnext;
-        else
-            g.hf_defer_head = w->dnext;
-        if (g.hf_defer_tail == w)
-            g.hf_defer_tail = prev;
-        w->dnext = NULL;
-        return;
-    }
+    if (w->dprev)
+        w->dprev->dnext = w->dnext;
+    else
+        g.hf_defer_head = w->dnext;
+    if (w->dnext)
+        w->dnext->dprev = w->dprev;
+    else
+        g.hf_defer_tail = w->dprev;
+    w->dprev = w->dnext = NULL;
 }
 
 /* A wait leaves the hostfunc list (done, failed, faulted): its host function
@@ -229,10 +227,7 @@ static void launch_deferred(CUcontext *current)
         cfd_wait *w = g.hf_defer_head;
         if (w->n && !cfd_notify_take())
             return;
-        g.hf_defer_head = w->dnext;
-        if (!g.hf_defer_head)
-            g.hf_defer_tail = NULL;
-        w->dnext = NULL;
+        defer_remove(w);
         if (!w->n) {
             hf_unlink(w);
             cfd_wait_complete(w, 0, false);

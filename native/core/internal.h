@@ -101,7 +101,7 @@ typedef struct cfd_wait {
     struct cfd_wait *nprev, *nnext; /* in the notifier's attached list */
     struct cfd_wait *next;          /* in the lane, the hostfunc list or the free list */
     struct cfd_wait *hprev;         /* in the hostfunc list */
-    struct cfd_wait *dnext;         /* in the hostfunc launches put off (g.hf_defer_head) */
+    struct cfd_wait *dprev, *dnext; /* in the hostfunc launches put off (g.hf_defer_head) */
     struct cfd_lane *lane;
     cfd_ctx *cx;
     CUevent ev;   /* what is waited on */
