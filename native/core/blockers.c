@@ -19,7 +19,10 @@
 
 static void *blocker_main(void *arg);
 
-/* Offer a slow lane to the blocking waiters, starting one if none is idle. */
+/* Offer a slow lane to the blocking waiters: an idle one takes it, or a new
+ * one is started while more lanes are queued than blockers idle (each
+ * blocker holds its lane until the lane's waits are done, so an idle one
+ * woken for an earlier offer is not one for this lane). */
 bool cfd_offer_to_blockers(cfd_lane *l)
 {
     if (l->queued)
@@ -31,15 +34,16 @@ bool cfd_offer_to_blockers(cfd_lane *l)
     else
         g.bq_head = l;
     g.bq_tail = l;
-    if (g.idle_blockers > 0) {
+    g.nqueued++;
+    if (g.idle_blockers > 0)
         pthread_cond_signal(&g.blocker_cv);
+    if (g.idle_blockers >= g.nqueued)
         return true;
-    }
     if (g.nblockers < g.max_threads && cfd_start_thread(blocker_main, "cudafd-blocker") == CUDAFD_OK) {
         g.nblockers++;
         return true;
     }
-    return false; /* the poller keeps pacing it until a blocker is free */
+    return g.idle_blockers > 0; /* else the poller keeps pacing it until a blocker is free */
 }
 
 /* Sleep until `ev` completes; cx->ctx current, g.mu not held. Pool events
@@ -92,6 +96,7 @@ static cfd_lane *take_queued(void)
         if (g.bq_tail == l)
             g.bq_tail = prev;
         l->queued = false;
+        g.nqueued--;
         if (l->state == LANE_SLOW)
             return l;
         if (!l->state && !l->head)

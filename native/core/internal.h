@@ -249,6 +249,7 @@ struct cfd_global {
     pthread_cond_t blocker_cv;
     cfd_lane *bq_head, *bq_tail;
     int nblockers, idle_blockers;
+    int nqueued; /* lanes in the blocker queue (stale ones too, until a blocker drops them) */
     /* hostfunc */
     pthread_cond_t watchdog_cv;
     bool watchdog_running;
