@@ -3,8 +3,8 @@
 Host functions and records of blocking-sync events are host notifications:
 the driver keeps only a few of a context's in flight, and past them the call
 that adds one blocks until the GPU retires one, while every other call into
-the context waits behind it (an H200 stalled at 17-40, bench/scale_watch.py;
-the simulator at 24). The core keeps at most 16 of its own in flight: a
+the context waits behind it (an H200 stalled with 24 blocking-sync bridges in
+flight, or 31-40 host functions, bench/scale_watch.py; the simulator at 24). The core keeps at most 16 of its own in flight: a
 hostfunc wait past them has its host function launched later by the
 watchdog, and a blocking waiter past them queries its lane instead of
 bridging to it. Each test holds waits behind a gate (a kernel on a stream of
