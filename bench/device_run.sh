@@ -27,6 +27,9 @@ if [[ $want == *bench* ]]; then
     echo "== bench/thread_cost.py"; timeout 60 python3 bench/thread_cost.py
     echo "== bench/cold_cost.py"; timeout 60 python3 bench/cold_cost.py
     echo "== bench/throughput_probe.py"; timeout 60 python3 bench/throughput_probe.py --spins ""
+    echo "== bench/scale_watch.py (and with a thread polling the gate)"
+    timeout 60 python3 bench/scale_watch.py --gate 3 --only event,hostfunc,spin
+    timeout 30 python3 bench/scale_watch.py --gate 3 --only hostfunc --observe
     make -s -C bench/c && echo "== bench/c/cudafd-enqueue-cost" && CUDAFD_DRIVER= timeout 120 bench/c/cudafd-enqueue-cost \
       --variants none,record_plain,record_blocking,cudafd_event,cudafd_spin,cudafd_hostfunc,writevalue >/dev/null; } > "$OUT/probes.txt" 2>&1
   summary+=("probes:" "$(cat "$OUT/probes.txt")")
