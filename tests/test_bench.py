@@ -129,7 +129,7 @@ def test_throughput_is_judged_on_ratios_within_a_round():
     from cudafd._bench.numbers import paired
     from cudafd._bench.targets import evaluate
 
-    assert paired([3.0, 1.0, 4.0], [2.0, 2.0]) == (1.0, 0.5, 1.5)  # rounds both have; the median, lowest, highest
+    assert paired([3.0, 1.0, 4.0], [2.0, 2.0]) == (1.0, 0.5, 1.5, 2)  # rounds both have: median, lowest, highest, count
     assert paired([1.0], [0.0]) is None and paired([], [1.0]) is None
 
     def rounds(*rates):

@@ -48,12 +48,13 @@ def median(values: list[float]) -> float:
     return quantile(sorted(values), 0.5)
 
 
-def paired(a: list[float], b: list[float]) -> tuple[float, float, float] | None:
+def paired(a: list[float], b: list[float]) -> tuple[float, float, float, int] | None:
     """How ``a`` compares with ``b`` round by round: the median, lowest and
     highest of a[i] / b[i] over the rounds both have (the methods of a section
     take turns within each round, so a slow spell of a shared machine divides
-    out). None when they share no round with b[i] > 0."""
+    out), and how many rounds that is. None when they share no round with
+    b[i] > 0."""
     ratios = sorted(x / y for x, y in zip(a, b) if y > 0)
     if not ratios:
         return None
-    return quantile(ratios, 0.5), ratios[0], ratios[-1]
+    return quantile(ratios, 0.5), ratios[0], ratios[-1], len(ratios)

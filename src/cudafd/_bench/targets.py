@@ -85,8 +85,7 @@ def _cpu(sections: dict) -> list[dict]:
             base += f"; bound {bound:.3f}: the loop's {what} asleep for each kernel's exact length"
             mine = vs(res["methods"], JUDGED, bound_key, _cores) if cores is not None else None
             if mine is not None:
-                n = min(len(_cores(res["methods"][JUDGED])), len(_cores(res["methods"][bound_key])))
-                base += f"; cudafd/bound {mine[0]:.2f}x ({_spread(mine, n)})"
+                base += f"; cudafd/bound {mine[0]:.2f}x ({_spread(mine)})"
         measured = "not measured" if cores is None else f"{cores:.3f} cores ({base})"
         rows.append(
             _row(
@@ -129,11 +128,12 @@ def _bubble(sections: dict) -> list[dict]:
     ]
 
 
-def _spread(ratio: tuple[float, float, float], rounds: int) -> str:
+def _spread(ratio: tuple[float, float, float, int]) -> str:
     """How many rounds a paired ratio comes from, and its range over them."""
+    median, low, high, rounds = ratio
     if rounds < 2:
         return "one round"
-    return f"median of {rounds} paired rounds, {ratio[1]:.2f}-{ratio[2]:.2f}x"
+    return f"median of {rounds} paired rounds, {low:.2f}-{high:.2f}x"
 
 
 def _rates(m: dict) -> list[float]:
@@ -168,13 +168,12 @@ def _throughput(sections: dict) -> list[dict]:
         if mine is None:
             rows.append(_row(name, target, "not measured", None))
             continue
-        n = min(len(_rates(methods[JUDGED])), len(_rates(methods[best_key])))
         ratio = mine[0]
-        measured = f"{ours:,.0f}/s = {ratio:.2f}x {best_key} ({base[best_key]:,.0f}/s; {_spread(mine, n)}), {cores:.2f} cores"
+        measured = f"{ours:,.0f}/s = {ratio:.2f}x {best_key} ({base[best_key]:,.0f}/s; {_spread(mine)}), {cores:.2f} cores"
         bound = vs(methods, "bound_yield", best_key)
         bound_ok = None
         if bound is not None:
-            measured += f"; bound {bound[0]:.2f}x ({_spread(bound, n)}): launch + one yield, no wait"
+            measured += f"; bound {bound[0]:.2f}x ({_spread(bound)}): launch + one yield, no wait"
             bound_ok = bound[0] >= THROUGHPUT_RATIO
             query = vs(methods, "bound_query", best_key)
             if query is not None:
