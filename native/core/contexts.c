@@ -6,6 +6,15 @@
  * never take side streams that waits need (a shared pool ran out at 32 and
  * made a short wait share a stream behind a 2 s one).
  *
+ * A pool makes its streams all at once, at its first use, never one by one
+ * under load: on an H200, about every 128th stream a process creates blocks
+ * until the device has no work in flight, and meanwhile every call into the
+ * context, from any thread, blocks behind it: the caller's event loop for as
+ * long as the queued work lasts (bench/hostfunc_stall.py; measured in
+ * bench/results/2026-11-30-h200-stream-create). Made early, at the first
+ * wait that needs one, the streams cost that at most once, while queues are
+ * short, instead of at any later watch.
+ *
  * Pool events are created with CU_EVENT_DISABLE_TIMING only: no timing keeps
  * a record as cheap as the driver allows, and they are not blocking-sync,
  * because the driver lets only about 56 blocking-sync records be pending on a
@@ -30,6 +39,8 @@ cfd_ctx *cfd_ctx_get(CUcontext ctx)
     if (!cx)
         return NULL;
     cx->ctx = ctx;
+    cx->side.fill = CFD_SIDE_MAX;
+    cx->bridge.fill = (int)g.max_threads; /* at most one bridge per blocking waiter in use */
     cx->next = g.contexts;
     g.contexts = cx;
     cfd_count(ST_CONTEXTS, 1);
@@ -83,6 +94,7 @@ void cfd_event_destroy(CUevent ev)
 
 static void retire_streams(cfd_side_pool *p)
 {
+    p->filled = false;
     for (int i = 0; i < CFD_SIDE_MAX; i++) {
         if (p->stream[i]) {
             cu.cuStreamDestroy(p->stream[i]);
@@ -194,9 +206,34 @@ void cfd_side_release(cfd_side_pool *p, uintptr_t key, int index)
         }
 }
 
+/* The pool's first use: make its first p->fill streams (g.mu held; released
+ * meanwhile). A slot filled by another thread meanwhile keeps that stream. */
+static void fill_pool(cfd_side_pool *p)
+{
+    CUstream made[CFD_SIDE_MAX];
+    int want = p->fill < CFD_SIDE_MAX ? p->fill : CFD_SIDE_MAX, n = 0;
+    p->filled = true;
+    pthread_mutex_unlock(&g.mu);
+    for (; n < want; n++) {
+        if (cu.cuStreamCreate(&made[n], CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+            break; /* the slots left empty are made when needed */
+        cfd_count(ST_STREAMS, 1);
+    }
+    pthread_mutex_lock(&g.mu);
+    for (int i = 0; i < CFD_SIDE_MAX && n > 0; i++)
+        if (!p->stream[i])
+            p->stream[i] = made[--n];
+    while (n > 0) {
+        cu.cuStreamDestroy(made[--n]);
+        cfd_count(ST_STREAMS, -1);
+    }
+}
+
 int cfd_side_stream(cfd_side_pool *p, uintptr_t key, CUstream *out, int *index)
 {
     pthread_mutex_lock(&g.mu);
+    if (!p->filled)
+        fill_pool(p);
     int i = hold_side(p, key);
     CUstream s = i >= 0 ? p->stream[i] : NULL;
     pthread_mutex_unlock(&g.mu);

@@ -18,10 +18,11 @@
  * waiters' bridges): past the driver's own limit cuLaunchHostFunc blocks
  * until the GPU catches up, and on an H200 so does every other call into the
  * context, the caller's event loop with it. A watch past the budget records
- * its event and returns; its host function is launched by the watchdog when
- * one comes back. Launches keep the order of the watches (once one is put
- * off, the later ones queue behind it), so the waits of a stream still
- * complete in order.
+ * its event and returns; the side stream's wait for it and the host function
+ * are enqueued by the watchdog when one comes back, so a watch put off costs
+ * what an event-mechanism watch does (one record), however many are pending.
+ * Launches keep the order of the watches (once one is put off, the later
+ * ones queue behind it), so the waits of a stream still complete in order.
  *
  * Side streams (contexts.c): the waits of one caller's stream share one, so
  * their host functions run in order; a stream with nothing in flight gets an
@@ -138,10 +139,15 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, CU
     if (rc != CUDAFD_OK)
         return rc;
     CUresult r;
+    bool waited = true; /* the side stream waits for ev already */
     if (user_stream) {
-        /* the point on the caller's stream, then the side stream waits for it */
+        /* the point on the caller's stream; the side stream waits for it now
+         * if the host function can be launched now, else at the launch */
+        pthread_mutex_lock(&g.mu);
+        waited = !g.hf_defer_head && g.stat[ST_NOTIFY] < CFD_NOTIFY_MAX;
+        pthread_mutex_unlock(&g.mu);
         rc = cfd_record(cx, user_stream, NULL, &ev);
-        if (rc == CUDAFD_OK && (r = cu.cuStreamWaitEvent(side, ev, 0)) != CUDA_SUCCESS)
+        if (rc == CUDAFD_OK && waited && (r = cu.cuStreamWaitEvent(side, ev, 0)) != CUDA_SUCCESS)
             rc = cfd_fail_cuda(r, "cuStreamWaitEvent (side stream)");
     } else {
         /* the side stream waits for the caller's event; our event marks that */
@@ -185,11 +191,13 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, CU
     }
     bool watchdog_idle = !g.hf_pending; /* it sleeps untimed while nothing is pending */
     hf_link(w);
-    bool launch = !g.hf_defer_head && cfd_notify_take();
-    if (launch)
+    bool launch = waited && !g.hf_defer_head && cfd_notify_take();
+    if (launch) {
         w->launched = true;
-    else
-        defer_push(w); /* the watchdog launches it: this thread must not block */
+    } else { /* the watchdog launches it: this thread must not block */
+        w->side_wait_due = !waited;
+        defer_push(w);
+    }
     if (watchdog_idle) /* else it is up, or comes up when a host function comes back (cfd_notify_put) */
         pthread_cond_signal(&g.watchdog_cv);
     uint64_t tok = w->token;
@@ -238,10 +246,14 @@ static void launch_deferred(CUcontext *current)
         CUcontext ctx = w->cx->ctx;
         CUstream side = w->cx->side.stream[w->side];
         cfd_probe_begin();
+        CUevent ev = w->side_wait_due ? w->ev : NULL;
+        w->side_wait_due = false;
         pthread_mutex_unlock(&g.mu);
         if (ctx != *current && cu.cuCtxSetCurrent(ctx) == CUDA_SUCCESS)
             *current = ctx;
-        CUresult r = cu.cuLaunchHostFunc(side, trampoline, (void *)(uintptr_t)tok);
+        CUresult r = ev ? cu.cuStreamWaitEvent(side, ev, 0) : CUDA_SUCCESS;
+        if (r == CUDA_SUCCESS)
+            r = cu.cuLaunchHostFunc(side, trampoline, (void *)(uintptr_t)tok);
         pthread_mutex_lock(&g.mu);
         if (r != CUDA_SUCCESS && (w = cfd_wait_lookup(tok)) != NULL) {
             hf_leave(w);

@@ -60,10 +60,12 @@ typedef struct cfd_side_key { /* a caller's stream or event with waits in flight
     int side, inflight;
 } cfd_side_key;
 typedef struct cfd_side_pool {
-    CUstream stream[CFD_SIDE_MAX]; /* created lazily */
+    CUstream stream[CFD_SIDE_MAX]; /* made at the pool's first use, all at once (contexts.c) */
     int busy[CFD_SIDE_MAX];        /* holders of each */
     cfd_side_key *keys;            /* which stream each key in flight uses */
     int nkeys, capkeys;
+    int fill;    /* how many streams its first use makes */
+    bool filled; /* its first use came */
 } cfd_side_pool;
 typedef struct cfd_ctx {
     CUcontext ctx;
@@ -87,7 +89,8 @@ int cfd_event_create(CUevent *ev, bool blocking); /* counted; caller's context c
 /* A side stream for one wait on `key` (a caller's stream or event), held until
  * cfd_side_release: the one the key's waits in flight use (so they stay in
  * order), else an idle one, else a new one (up to CFD_SIDE_MAX), else the
- * least busy. cx->ctx current. */
+ * least busy. The pool's first use makes p->fill streams at once (why:
+ * contexts.c). cx->ctx current. */
 int cfd_side_stream(cfd_side_pool *p, uintptr_t key, CUstream *out, int *index);
 void cfd_side_release(cfd_side_pool *p, uintptr_t key, int index); /* g.mu held */
 void cfd_event_destroy(CUevent ev);
@@ -108,6 +111,7 @@ typedef struct cfd_wait {
     bool owns_ev; /* ev came from the pool */
     uint8_t mech;
     bool launched;       /* hostfunc: its host function is launched (holds a notification, cfd_notify_take) */
+    bool side_wait_due;  /* hostfunc, put off: its side stream waits for ev only at the launch */
     int8_t side;         /* the side stream it holds (cfd_side_stream, cx->side), or -1 */
     uintptr_t side_key;  /* the key it holds it for */
     int64_t t0;  /* when it was watched */

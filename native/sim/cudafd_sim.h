@@ -25,6 +25,10 @@
  *    that would add one blocks until one is retired, and every other call
  *    that enqueues work in that context waits behind it, as an H200 does
  *    (bench/scale_watch.py).
+ *  - Every CUDAFDSIM_STREAM_BLOCK-th stream a context creates blocks until
+ *    the context has no work queued, and every call that enqueues work in it
+ *    waits behind it meanwhile, as on an H200, where about every 128th stream
+ *    of a process does (bench/hostfunc_stall.py).
  *  - Handles are checked: a destroyed or made-up stream or event gives
  *    CUDA_ERROR_INVALID_HANDLE, a destroyed context
  *    CUDA_ERROR_CONTEXT_IS_DESTROYED (never a crash).
@@ -53,6 +57,7 @@ extern "C" {
 
 #define CUDAFDSIM_ABI_VERSION 1
 #define CUDAFDSIM_NOTIFY_MAX 24 /* a context's host notifications in flight (the H200 stalled at 17-40) */
+#define CUDAFDSIM_STREAM_BLOCK 128 /* every this many streams a context creates, one waits for it to drain */
 int cudafdsim_abi_version(void);
 
 /* A new context on device `dev`, not made current anywhere. */

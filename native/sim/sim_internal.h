@@ -131,6 +131,8 @@ struct sim_ctx {
     int64_t queued;           /* ops queued on all of its streams */
     int notify;               /* host notifications queued (CUDAFDSIM_NOTIFY_MAX) */
     int notify_blocked;       /* threads waiting to add one: every enqueue waits behind them */
+    int64_t streams_made;     /* by cuStreamCreate (CUDAFDSIM_STREAM_BLOCK) */
+    int create_blocked;       /* threads in a cuStreamCreate that waits for the context to drain */
     int waiters;              /* threads in cuCtxSynchronize */
     pthread_cond_t cv;
     struct sim_stream *default_stream;

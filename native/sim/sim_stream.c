@@ -205,17 +205,23 @@ void sim_op_unref_locked(struct sim_op *op)
     free(op);
 }
 
+static bool no_room(const struct sim_ctx *c, const struct sim_op *op)
+{
+    return c->create_blocked > 0 || (op->notify ? c->notify >= CUDAFDSIM_NOTIFY_MAX : c->notify_blocked > 0);
+}
+
 /* Wait for room for a host notification (op->notify), or for the callers
- * waiting for room (any other op): the driver's stall (cudafd_sim.h). */
+ * waiting for room or in a blocked cuStreamCreate (any op): the driver's
+ * stalls (cudafd_sim.h). */
 static CUresult wait_for_room(struct sim_stream *s, struct sim_op *op)
 {
     struct sim_ctx *c = s->ctx;
-    if (op->notify ? c->notify < CUDAFDSIM_NOTIFY_MAX : c->notify_blocked == 0)
+    if (!no_room(c, op))
         return CUDA_SUCCESS;
     CUresult rc = CUDA_SUCCESS;
     s->refs++;
     c->notify_blocked += op->notify;
-    while (rc == CUDA_SUCCESS && (op->notify ? c->notify >= CUDAFDSIM_NOTIFY_MAX : c->notify_blocked > 0)) {
+    while (rc == CUDA_SUCCESS && no_room(c, op)) {
         pthread_cond_wait(&sim.notify_cv, &sim.lock);
         rc = s->destroyed ? CUDA_ERROR_INVALID_HANDLE : sim_ctx_usable(c);
     }
@@ -294,6 +300,21 @@ CUresult sim_launch_locked(struct sim_stream *s, uint64_t ns, CUresult fault)
 
 /* ---- entry points ---- */
 
+/* A stream creation that waits for the context's queued work (cudafd_sim.h);
+ * enqueues wait behind it meanwhile. */
+static void drain_first(struct sim_ctx *c)
+{
+    c->refs++;
+    c->create_blocked++;
+    c->waiters++;
+    while (sim_ctx_usable(c) == CUDA_SUCCESS && c->queued)
+        pthread_cond_wait(&c->cv, &sim.lock);
+    c->waiters--;
+    c->create_blocked--;
+    pthread_cond_broadcast(&sim.notify_cv); /* the enqueues behind it */
+    sim_ctx_unref_locked(c);
+}
+
 SIM_API CUresult cuStreamCreate(CUstream *stream, unsigned int flags)
 {
     SIM_CHECK_INIT();
@@ -308,6 +329,8 @@ SIM_API CUresult cuStreamCreate(CUstream *stream, unsigned int flags)
             s->user = true;
             sim.n_streams++;
             *stream = (CUstream)(uintptr_t)s->handle;
+            if (++c->streams_made % CUDAFDSIM_STREAM_BLOCK == 0)
+                drain_first(c);
         } else {
             if (s)
                 retire(s);
