@@ -152,6 +152,22 @@ async def _trio_gather(aws: tuple[Awaitable[Any], ...]) -> list[Any]:
     return results
 
 
+def first_watch(n: cudafd.Notifier, target: Any) -> None:
+    """One watch of work already over, drained: the notifier's first use of a
+    context, where the core makes that context's side streams (a stream made
+    while the GPU is busy may wait for it: tests/test_stream_creation.py)."""
+    import select
+
+    token = n.watch(target)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        n.poll()
+        if any(t == token for t, _ in n.drain()):
+            return
+        select.select([n.fileno()], [], [], 0.001 if n.needs_polling else 0.1)
+    raise AssertionError("a wait of work already over never completed")
+
+
 def run(flavor: str, mechanism: str, body: Callable[[Api], Awaitable[Any]]) -> Any:
     """Run `body(api)` under one flavor: asyncio, uvloop, trio or blocking."""
     api = Api(flavor, mechanism)

@@ -8,7 +8,7 @@ import time
 import pytest
 
 import cudafd
-from support import run
+from support import first_watch, run
 
 
 def test_cancellation_storm(dev, loop_flavor, mechanism):
@@ -64,6 +64,8 @@ def test_close_wakes_every_pending_waiter(dev, loop_flavor, mechanism):
     streams = [dev.stream() for _ in range(5)]
 
     async def body(api):
+        if api.notifier is not None:  # its side streams made now, so the watches below are quick
+            first_watch(api.notifier, streams[0])
         for s in streams:
             s.launch(0.3)
         tasks = [asyncio.ensure_future(api.wait(s)) for s in streams for _ in range(4)]

@@ -4,32 +4,23 @@ About every 128th stream a process creates blocks until the device has no
 work in flight, and every call into the context, from any thread, waits
 behind it (bench/hostfunc_stall.py on an H200; the simulator blocks at every
 128th stream of a context). The core's side streams are therefore made all
-at once, at their pool's first use: a later watch, behind however much work,
-never makes one. Each test brings the context to one stream short of the
+at once, at the first watch in a context that needs them (hostfunc: its side
+streams; event: the blocking waiters' bridges; a wait on a caller's event:
+the side streams): a later watch, behind however much work, never makes one.
+Each test brings the context to one stream short of the
 simulator's boundary, holds waits behind a gate, and checks that no watch
 blocked."""
 from __future__ import annotations
 
-import select
 import time
 
 import cudafd
-from support import REAL
+from cudafd import _driver
+from support import REAL, first_watch
 from test_fence_notifier import destroy_event, record_event
 from test_host_notifications import SLOW_WATCH_S, _complete_in_order, _gate
 
 BOUNDARY = 128  # the simulator's CUDAFDSIM_STREAM_BLOCK
-
-
-def _warm_up(n, target) -> None:
-    """One wait of work already over: the first use of the side streams' pool."""
-    token = n.watch(target)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if any(t == token for t, _ in n.drain()):
-            return
-        select.select([n.fileno()], [], [], 0.1)
-    raise AssertionError("the warm-up wait never completed")
 
 
 def _pad_to_boundary(dev, made_by_gate: int = 1) -> None:
@@ -48,7 +39,8 @@ def _no_stream_made_under_load(dev, mechanism: str, target, per_stream: int) -> 
     short of the boundary, after one warm-up wait of the same kind."""
     streams = [dev.stream() for _ in range(40)]
     with cudafd.Notifier(mechanism) as n:
-        _warm_up(n, target(streams[0]))
+        with _driver.pushed(dev.ctx):
+            first_watch(n, target(streams[0]))
         made = cudafd.stats()["streams"]
         assert made > 0, "the first wait made no side stream: nothing was tested"
         _pad_to_boundary(dev)
@@ -58,7 +50,8 @@ def _no_stream_made_under_load(dev, mechanism: str, target, per_stream: int) -> 
                 for i, s in enumerate(streams):
                     what = target(s)
                     t0 = time.monotonic()
-                    order.append((n.watch(what), i))
+                    with _driver.pushed(dev.ctx):  # (an event's context must be current)
+                        order.append((n.watch(what), i))
                     slowest = max(slowest, time.monotonic() - t0)
             assert slowest < SLOW_WATCH_S, f"a watch blocked {slowest:.2f} s on a stream creation"
             assert closed(), "the gate opened before the watches ended: nothing was tested"

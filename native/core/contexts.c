@@ -208,7 +208,7 @@ void cfd_side_release(cfd_side_pool *p, uintptr_t key, int index)
 
 /* The pool's first use: make its first p->fill streams (g.mu held; released
  * meanwhile). A slot filled by another thread meanwhile keeps that stream. */
-static void fill_pool(cfd_side_pool *p)
+void cfd_side_fill_locked(cfd_side_pool *p)
 {
     CUstream made[CFD_SIDE_MAX];
     int want = p->fill < CFD_SIDE_MAX ? p->fill : CFD_SIDE_MAX, n = 0;
@@ -233,7 +233,7 @@ int cfd_side_stream(cfd_side_pool *p, uintptr_t key, CUstream *out, int *index)
 {
     pthread_mutex_lock(&g.mu);
     if (!p->filled)
-        fill_pool(p);
+        cfd_side_fill_locked(p);
     int i = hold_side(p, key);
     CUstream s = i >= 0 ? p->stream[i] : NULL;
     pthread_mutex_unlock(&g.mu);

@@ -93,6 +93,7 @@ int cfd_event_create(CUevent *ev, bool blocking); /* counted; caller's context c
  * contexts.c). cx->ctx current. */
 int cfd_side_stream(cfd_side_pool *p, uintptr_t key, CUstream *out, int *index);
 void cfd_side_release(cfd_side_pool *p, uintptr_t key, int index); /* g.mu held */
+void cfd_side_fill_locked(cfd_side_pool *p); /* g.mu held (released meanwhile), ctx current: the first use's streams */
 void cfd_event_destroy(CUevent ev);
 
 /* ---- waits and lanes (waits.c) ---- */
