@@ -65,7 +65,7 @@ static CUresult sleep_on(cfd_ctx *cx, CUevent ev)
     CUstream side = NULL;
     int index = -1;
     CUevent bridge = NULL;
-    bool ok = cfd_side_stream(&cx->bridge, (uintptr_t)ev, &side, &index) == CUDAFD_OK &&
+    bool ok = cfd_side_stream(&cx->bridge, (uintptr_t)ev, false, &side, &index) == CUDAFD_OK &&
               cfd_event_create(&bridge, true) == CUDAFD_OK && cu.cuStreamWaitEvent(side, ev, 0) == CUDA_SUCCESS &&
               cu.cuEventRecord(bridge, side) == CUDA_SUCCESS;
     CUresult r = ok ? cu.cuEventSynchronize(bridge) : cu.cuEventSynchronize(ev);

@@ -6,14 +6,18 @@
  * never take side streams that waits need (a shared pool ran out at 32 and
  * made a short wait share a stream behind a 2 s one).
  *
- * A pool makes its streams all at once, at its first use, never one by one
- * under load: on an H200, about every 128th stream a process creates blocks
- * until the device has no work in flight, and meanwhile every call into the
- * context, from any thread, blocks behind it: the caller's event loop for as
- * long as the queued work lasts (bench/hostfunc_stall.py; measured in
- * bench/results/2026-11-30-h200-stream-create). Made early, at the first
- * wait that needs one, the streams cost that at most once, while queues are
- * short, instead of at any later watch.
+ * Stream creation can stall everything: on an H200, now and then (about
+ * every 128th stream of a process) cuStreamCreate blocks until the device
+ * has no work in flight, and meanwhile every call into the context, from any
+ * thread, blocks behind it: the caller's event loop for as long as the queued
+ * work lasts (bench/hostfunc_stall.py; bench/results/2026-11-30-h200-
+ * stream-create). The hostfunc mechanism takes a side stream for each stream
+ * it watches at once, so its first watch in a context makes all CFD_SIDE_MAX
+ * side streams: at most one such stall, at the start, instead of at any later
+ * watch under load (the scale figure's watch stalled for its whole 4.7 s
+ * gate). Waits on a caller's event and the blocking waiters' bridges use few
+ * and make theirs when needed: filling those pools at a first watch cost a
+ * one-shot fence 32 stream creations, and as many chances of that stall.
  *
  * Pool events are created with CU_EVENT_DISABLE_TIMING only: no timing keeps
  * a record as cheap as the driver allows, and they are not blocking-sync,
@@ -39,8 +43,6 @@ cfd_ctx *cfd_ctx_get(CUcontext ctx)
     if (!cx)
         return NULL;
     cx->ctx = ctx;
-    cx->side.fill = CFD_SIDE_MAX;
-    cx->bridge.fill = (int)g.max_threads; /* at most one bridge per blocking waiter in use */
     cx->next = g.contexts;
     g.contexts = cx;
     cfd_count(ST_CONTEXTS, 1);
@@ -206,15 +208,15 @@ void cfd_side_release(cfd_side_pool *p, uintptr_t key, int index)
         }
 }
 
-/* The pool's first use: make its first p->fill streams (g.mu held; released
- * meanwhile). A slot filled by another thread meanwhile keeps that stream. */
-void cfd_side_fill_locked(cfd_side_pool *p)
+/* Make every stream of the pool at once (g.mu held; released meanwhile). A
+ * slot filled by another thread meanwhile keeps that stream. */
+static void fill_pool(cfd_side_pool *p)
 {
     CUstream made[CFD_SIDE_MAX];
-    int want = p->fill < CFD_SIDE_MAX ? p->fill : CFD_SIDE_MAX, n = 0;
+    int n = 0;
     p->filled = true;
     pthread_mutex_unlock(&g.mu);
-    for (; n < want; n++) {
+    for (; n < CFD_SIDE_MAX; n++) {
         if (cu.cuStreamCreate(&made[n], CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
             break; /* the slots left empty are made when needed */
         cfd_count(ST_STREAMS, 1);
@@ -229,11 +231,11 @@ void cfd_side_fill_locked(cfd_side_pool *p)
     }
 }
 
-int cfd_side_stream(cfd_side_pool *p, uintptr_t key, CUstream *out, int *index)
+int cfd_side_stream(cfd_side_pool *p, uintptr_t key, bool fill, CUstream *out, int *index)
 {
     pthread_mutex_lock(&g.mu);
-    if (!p->filled)
-        cfd_side_fill_locked(p);
+    if (fill && !p->filled)
+        fill_pool(p);
     int i = hold_side(p, key);
     CUstream s = i >= 0 ? p->stream[i] : NULL;
     pthread_mutex_unlock(&g.mu);

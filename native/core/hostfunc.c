@@ -135,7 +135,7 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, CU
     CUevent ev = NULL;
     uintptr_t key = user_stream ? (uintptr_t)user_stream : (uintptr_t)user_event;
     int side_index;
-    int rc = cfd_side_stream(&cx->side, key, &side, &side_index);
+    int rc = cfd_side_stream(&cx->side, key, true, &side, &side_index);
     if (rc != CUDAFD_OK)
         return rc;
     CUresult r;

@@ -60,12 +60,11 @@ typedef struct cfd_side_key { /* a caller's stream or event with waits in flight
     int side, inflight;
 } cfd_side_key;
 typedef struct cfd_side_pool {
-    CUstream stream[CFD_SIDE_MAX]; /* made at the pool's first use, all at once (contexts.c) */
+    CUstream stream[CFD_SIDE_MAX]; /* made when needed, or all at a hostfunc watch's first use (contexts.c) */
     int busy[CFD_SIDE_MAX];        /* holders of each */
     cfd_side_key *keys;            /* which stream each key in flight uses */
     int nkeys, capkeys;
-    int fill;    /* how many streams its first use makes */
-    bool filled; /* its first use came */
+    bool filled; /* all CFD_SIDE_MAX made (or tried) at once */
 } cfd_side_pool;
 typedef struct cfd_ctx {
     CUcontext ctx;
@@ -89,11 +88,10 @@ int cfd_event_create(CUevent *ev, bool blocking); /* counted; caller's context c
 /* A side stream for one wait on `key` (a caller's stream or event), held until
  * cfd_side_release: the one the key's waits in flight use (so they stay in
  * order), else an idle one, else a new one (up to CFD_SIDE_MAX), else the
- * least busy. The pool's first use makes p->fill streams at once (why:
- * contexts.c). cx->ctx current. */
-int cfd_side_stream(cfd_side_pool *p, uintptr_t key, CUstream *out, int *index);
+ * least busy. `fill`: if the pool has not been, make all CFD_SIDE_MAX now
+ * (why: contexts.c). cx->ctx current. */
+int cfd_side_stream(cfd_side_pool *p, uintptr_t key, bool fill, CUstream *out, int *index);
 void cfd_side_release(cfd_side_pool *p, uintptr_t key, int index); /* g.mu held */
-void cfd_side_fill_locked(cfd_side_pool *p); /* g.mu held (released meanwhile), ctx current: the first use's streams */
 void cfd_event_destroy(CUevent ev);
 
 /* ---- waits and lanes (waits.c) ---- */

@@ -135,17 +135,12 @@ static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t t
 
 /* The context's record, held while a watch is set up (and, if `pooled` is
  * given, an idle event from its pool, in the same critical section). */
-/* The context's record, held for one watch (ctx current). The event
- * mechanism's first watch in a context makes its blocking waiters' bridges
- * (contexts.c: streams are made early, never under load). */
-static cfd_ctx *ctx_record(CUcontext ctx, CUevent *pooled, uint8_t mech)
+static cfd_ctx *ctx_record(CUcontext ctx, CUevent *pooled)
 {
     pthread_mutex_lock(&g.mu);
     cfd_ctx *cx = cfd_ctx_get(ctx);
     if (cx) {
         cx->nwaits++;
-        if (mech == CUDAFD_MECH_EVENT && !cx->bridge.filled)
-            cfd_side_fill_locked(&cx->bridge);
         if (pooled)
             *pooled = cfd_ctx_take_event(cx);
     }
@@ -183,7 +178,7 @@ static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, i
         return rc;
     bool hostfunc = n->mech == CUDAFD_MECH_HOSTFUNC;
     CUevent taken = NULL;
-    cfd_ctx *cx = ctx_record(ctx, hostfunc ? NULL : &taken, n->mech);
+    cfd_ctx *cx = ctx_record(ctx, hostfunc ? NULL : &taken);
     if (!cx) {
         cfd_leave_ctx(pushed);
         return CUDAFD_E_NOMEM;
@@ -249,7 +244,7 @@ CFD_API int cudafd_watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *to
         r = CUDA_SUCCESS; /* a sticky fault: let the wait report it */
     if (r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_CONTEXT_IS_DESTROYED)
         return cfd_fail_cuda(r, "cuEventQuery (is this a live event?)");
-    cfd_ctx *cx = ctx_record(ctx, NULL, n->mech);
+    cfd_ctx *cx = ctx_record(ctx, NULL);
     if (!cx)
         return CUDAFD_E_NOMEM;
     if (n->mech == CUDAFD_MECH_HOSTFUNC) {
@@ -261,7 +256,7 @@ CFD_API int cudafd_watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *to
         CUstream side = NULL;
         CUevent ev = NULL;
         int side_index = -1;
-        rc = cfd_side_stream(&cx->side, event, &side, &side_index);
+        rc = cfd_side_stream(&cx->side, event, false, &side, &side_index);
         if (rc == CUDAFD_OK && (r = cu.cuStreamWaitEvent(side, (CUevent)event, 0)) != CUDA_SUCCESS)
             rc = cfd_fail_cuda(r, "cuStreamWaitEvent on the event");
         if (rc == CUDAFD_OK)
