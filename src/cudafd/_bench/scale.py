@@ -5,7 +5,8 @@ Params: ``mechanism``, ``loop``, ``waits`` (10,000), ``streams`` (1,000),
 event recorded after a kernel on a stream of its own, long enough (3x the
 enqueue time, at no less than 150 µs a watch: what a watch costs with
 thousands pending) for every watch to be made while nothing can complete. Then ``waits / streams`` watches per stream, all pending at once
-(``all_pending_when_measured`` checks that the gate still held).
+(``all_pending_when_measured`` checks that the gate still held; the
+slowest chunk of 100 watches is ``slowest_watches``: where a stall was).
 
 Figures: resident memory added by the watches (/proc/self/statm) per wait
 (cudafd's native records, its pooled events and the Notifier's bookkeeping;
