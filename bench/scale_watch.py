@@ -106,6 +106,9 @@ def one(variant: str, waits: int, nstreams: int, gate_s: float, nchunks: int, ob
         for name in after
         if name != "core" and after[name][0] - before.get(name, [0])[0] > 0
     }
+    from thread_cost import CORE_COUNTS
+
+    core = {k: after["core"][i] - before["core"][i] for i, k in enumerate(CORE_COUNTS) if k in ("wakes", "paced", "direct")}
     n.close()
     stalled = next((i for i, us in enumerate(chunks) if us > 1000), None)
     return {
@@ -116,6 +119,7 @@ def one(variant: str, waits: int, nstreams: int, gate_s: float, nchunks: int, ob
         "peak_threads": peak,
         "gate_held": held,
         "cpu_us_per_watch": cpu,
+        "core_per_watch": {k: round(v / count, 3) for k, v in core.items()},
     }
 
 
@@ -143,7 +147,7 @@ def main() -> None:
         cpu = ", ".join(f"{k} {x}" for k, x in sorted(d["cpu_us_per_watch"].items(), key=lambda kv: -kv[1])[:4])
         chunks = d["chunks"] if len(d["chunks"]) <= 10 else "..."
         print(f"{v:15s} {d['us_per_watch']:7.1f} us/watch  stalled after {d['stalled_after']} watches  chunks {chunks}  "
-              f"threads {d['peak_threads']}  gate held {d['gate_held']}  cpu us/watch: {cpu}")
+              f"threads {d['peak_threads']}  gate held {d['gate_held']}  cpu us/watch: {cpu}  core per watch: {d['core_per_watch']}")
 
 
 if __name__ == "__main__":

@@ -69,6 +69,9 @@
 #define SPIN_FLOOR_NS (5 * 1000)
 #define INNER_NS (20 * 1000) /* longest unlocked query round */
 #define WAKE_LATE_MAX_NS (500 * 1000) /* a later wake is an outlier, not how this machine wakes */
+#ifndef COALESCE_DIV
+#define COALESCE_DIV 4 /* a backing-off lane may be asked this fraction of its step early */
+#endif
 
 static void *poller_main(void *arg);
 
@@ -326,7 +329,10 @@ static void *poller_main(void *arg)
         }
         bool pace_spin = false; /* a predicted end is due: spin briefly around it */
         for (cfd_lane *l = g.slow_list; l && k < SNAP_MAX; l = l->lnext) {
-            if (l->next_poll <= now) {
+            /* A lane backing off joins this pass up to a quarter step early:
+             * lanes due at nearby times share one wake (COALESCE_DIV). */
+            int64_t early = l->predicted || l->halfway ? 0 : l->step / COALESCE_DIV;
+            if (l->next_poll - early <= now) {
                 pace_spin |= l->predicted;
                 snap[k++] = (struct snap){l, l->head->ev, l->head->cx->ctx, 0};
             } else if (l->next_poll < next_slow) {
