@@ -13,7 +13,10 @@
  * only; the spin mechanism never gives up) moves to the slow list, where the
  * poller paces it: it sleeps until the time pacing.c plans from the
  * stream's history, just before the head should finish, then spins briefly
- * (CFD_PACE_SPIN_NS); past that, queries come at growing intervals. The
+ * (CFD_PACE_SPIN_NS); past that, queries come at growing intervals, and a
+ * lane backing off joins any pass within a quarter of its interval of its
+ * time, so that many such lanes share wakes (on an H200, 10,000 waits on
+ * 1,000 gated streams: 0.20 wakes per watch instead of 0.85). The
  * budget adapts between 5 us and CUDAFD_OPT_SPIN_NS, counted from the
  * poller's first look at the wait (its own wake-up is not spinning): it
  * halves after a pass in which waits outlasted it and grows (by half, and
