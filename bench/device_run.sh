@@ -30,6 +30,8 @@ if [[ $want == *bench* ]]; then
     echo "== bench/scale_watch.py (and with a thread polling the gate)"
     timeout 60 python3 bench/scale_watch.py --gate 3 --only event,hostfunc,spin
     timeout 30 python3 bench/scale_watch.py --gate 3 --only hostfunc --observe
+    echo "== bench/hostfunc_stall.py (which driver call blocks behind a gate)"
+    timeout 60 python3 bench/hostfunc_stall.py --gate 2 --only base,bg_create
     make -s -C bench/c && echo "== bench/c/cudafd-enqueue-cost" && CUDAFD_DRIVER= timeout 120 bench/c/cudafd-enqueue-cost \
       --variants none,record_plain,record_blocking,cudafd_event,cudafd_spin,cudafd_hostfunc,writevalue >/dev/null; } > "$OUT/probes.txt" 2>&1
   summary+=("probes:" "$(cat "$OUT/probes.txt")")

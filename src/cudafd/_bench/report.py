@@ -135,6 +135,7 @@ def _scale(per_mech: dict) -> str:
                 r.get("peak_process_threads"),
                 _f(r.get("bytes_per_wait")),
                 _f(r.get("watch_us"), "{:.2f}"),
+                _f((r.get("slowest_watches") or {}).get("us_per_watch"), "{:.1f}"),
                 _f(r.get("drain_per_s"), "{:,.0f}"),
             ]
         )
@@ -148,6 +149,7 @@ def _scale(per_mech: dict) -> str:
         "all threads",
         "B/wait",
         "watch us",
+        "us/watch, slowest 100",
         "completions/s",
     ]
     return head + "\n" + table(headers, rows)
