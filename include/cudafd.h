@@ -110,6 +110,13 @@ int cudafd_notifier_fd(const cudafd_notifier *n);
  * changed since the last drain, there is nothing to drain. Read it with an
  * atomic load (acquire); valid until cudafd_notifier_destroy. NULL for NULL. */
 const uint64_t *cudafd_notifier_seq(const cudafd_notifier *n);
+/* Make now every stream the notifier's waits in `stream`'s context may need
+ * later (side streams; the event mechanism's blocking-waiter bridges), so that
+ * no later watch creates one. Optional, and best called before the work
+ * starts: on an H200 about every 128th stream a process creates waits until
+ * the device has no work in flight, and every call into the context waits
+ * behind it. A context's streams go when no notifier is open. */
+int cudafd_prepare(cudafd_notifier *n, uintptr_t stream);
 /* Mark the current end of the stream: completes when all work enqueued on
  * `stream` before this call has finished. stream may be 0 (legacy default
  * stream of the current context), CU_STREAM_LEGACY or CU_STREAM_PER_THREAD.

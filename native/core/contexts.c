@@ -17,7 +17,9 @@
  * watch under load (the scale figure's watch stalled for its whole 4.7 s
  * gate). Waits on a caller's event and the blocking waiters' bridges use few
  * and make theirs when needed: filling those pools at a first watch cost a
- * one-shot fence 32 stream creations, and as many chances of that stall.
+ * one-shot fence 32 stream creations, and as many chances of that stall. A
+ * caller that wants none made under load makes them all before its work
+ * starts (cudafd_prepare).
  *
  * Pool events are created with CU_EVENT_DISABLE_TIMING only: no timing keeps
  * a record as cheap as the driver allows, and they are not blocking-sync,
@@ -208,15 +210,15 @@ void cfd_side_release(cfd_side_pool *p, uintptr_t key, int index)
         }
 }
 
-/* Make every stream of the pool at once (g.mu held; released meanwhile). A
- * slot filled by another thread meanwhile keeps that stream. */
-static void fill_pool(cfd_side_pool *p)
+void cfd_side_fill_locked(cfd_side_pool *p, int count)
 {
     CUstream made[CFD_SIDE_MAX];
-    int n = 0;
+    int want = 0, n = 0;
     p->filled = true;
+    for (int i = 0; i < count && i < CFD_SIDE_MAX; i++)
+        want += !p->stream[i];
     pthread_mutex_unlock(&g.mu);
-    for (; n < CFD_SIDE_MAX; n++) {
+    for (; n < want; n++) {
         if (cu.cuStreamCreate(&made[n], CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
             break; /* the slots left empty are made when needed */
         cfd_count(ST_STREAMS, 1);
@@ -235,7 +237,7 @@ int cfd_side_stream(cfd_side_pool *p, uintptr_t key, bool fill, CUstream *out, i
 {
     pthread_mutex_lock(&g.mu);
     if (fill && !p->filled)
-        fill_pool(p);
+        cfd_side_fill_locked(p, CFD_SIDE_MAX);
     int i = hold_side(p, key);
     CUstream s = i >= 0 ? p->stream[i] : NULL;
     pthread_mutex_unlock(&g.mu);

@@ -92,6 +92,9 @@ int cfd_event_create(CUevent *ev, bool blocking); /* counted; caller's context c
  * (why: contexts.c). cx->ctx current. */
 int cfd_side_stream(cfd_side_pool *p, uintptr_t key, bool fill, CUstream *out, int *index);
 void cfd_side_release(cfd_side_pool *p, uintptr_t key, int index); /* g.mu held */
+/* Make the pool's first `count` streams now, those not made yet; marks it
+ * filled. g.mu held (released while the driver makes them), cx->ctx current. */
+void cfd_side_fill_locked(cfd_side_pool *p, int count);
 void cfd_event_destroy(CUevent ev);
 
 /* ---- waits and lanes (waits.c) ---- */

@@ -207,6 +207,36 @@ static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, i
     return rc;
 }
 
+CFD_API int cudafd_prepare(cudafd_notifier *n, uintptr_t stream)
+{
+    int rc = check_notifier(n);
+    if (rc != CUDAFD_OK)
+        return rc;
+    if (__atomic_load_n(&n->closed, __ATOMIC_ACQUIRE))
+        return cfd_fail(CUDAFD_E_CLOSED, "the notifier is closed");
+    CUcontext ctx = NULL;
+    CUresult r = cu.cuStreamGetCtx((CUstream)stream, &ctx);
+    if (r != CUDA_SUCCESS)
+        return cfd_fail_cuda(r, "cuStreamGetCtx (is this a live stream?)");
+    bool pushed;
+    if ((rc = cfd_enter_ctx(ctx, &pushed)) != CUDAFD_OK)
+        return rc;
+    cfd_ctx *cx = ctx_record(ctx, NULL);
+    if (cx) {
+        pthread_mutex_lock(&g.mu); /* the record is held: it outlives the unlocked fills */
+        if (!cx->side.filled)
+            cfd_side_fill_locked(&cx->side, CFD_SIDE_MAX);
+        if (n->mech == CUDAFD_MECH_EVENT && !cx->bridge.filled) /* one bridge per blocking waiter */
+            cfd_side_fill_locked(&cx->bridge, (int)g.max_threads);
+        pthread_mutex_unlock(&g.mu);
+    }
+    cfd_leave_ctx(pushed);
+    if (!cx)
+        return CUDAFD_E_NOMEM;
+    ctx_unhold(cx);
+    return CUDAFD_OK;
+}
+
 CFD_API int cudafd_watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token)
 {
     return watch_stream(n, stream, token, NULL);

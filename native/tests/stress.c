@@ -178,6 +178,7 @@ struct thread_arg {
     int count;
     int ok;
     int early; /* stream_done said 1 right after a launch: the kernel was that quick */
+    int prepared; /* cudafd_prepare calls that succeeded, racing the other threads' watches */
 };
 
 static void *watcher(void *p)
@@ -185,6 +186,8 @@ static void *watcher(void *p)
     struct thread_arg *a = p;
     for (int i = 0; i < a->count; i++) {
         uint64_t t;
+        if (i % 50 == 0 && cudafd_prepare(a->n, (uintptr_t)a->stream) == CUDAFD_OK)
+            a->prepared++;
         sim_launch(a->stream, 20000, 0);
         if (cudafd_stream_done((uintptr_t)a->stream)) /* the fast path, racing the watchers */
             a->early++;
@@ -201,15 +204,17 @@ static void test_threads(int mech, CUcontext ctx)
     pthread_t th[4];
     struct thread_arg args[4];
     for (int i = 0; i < 4; i++) {
-        args[i] = (struct thread_arg){n, new_stream(ctx), 200, 0, 0};
+        args[i] = (struct thread_arg){n, new_stream(ctx), 200, 0, 0, 0};
         pthread_create(&th[i], NULL, watcher, &args[i]);
     }
-    int ok = 0;
+    int ok = 0, prepared = 0;
     for (int i = 0; i < 4; i++) {
         pthread_join(th[i], NULL);
         ok += args[i].ok;
+        prepared += args[i].prepared;
     }
     CHECK(ok == 800, "mech %d: %d watches succeeded", mech, ok);
+    CHECK(prepared == 16, "mech %d: %d of 16 cudafd_prepare calls succeeded", mech, prepared);
     cudafd_completion got[800];
     int have = collect(n, got, ok, 20.0);
     CHECK(have == ok, "mech %d: %d of %d from threads", mech, have, ok);

@@ -25,6 +25,10 @@ class Backend(Protocol):
         """The eventfd that is readable while completions are queued (and once closed)."""
         ...
 
+    def prepare(self, handle: int) -> None:
+        """Make now the streams later waits in the stream's context may need (cudafd_prepare)."""
+        ...
+
     def watch_stream(self, handle: int) -> int:
         """Mark the stream's current end; return the token. Raises CudaError / CudafdError."""
         ...

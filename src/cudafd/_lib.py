@@ -87,6 +87,7 @@ _PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "cudafd_notifier_create": (c_int, [c_int, POINTER(c_void_p)]),
     "cudafd_notifier_fd": (c_int, [c_void_p]),
     "cudafd_notifier_seq": (c_void_p, [c_void_p]),
+    "cudafd_prepare": (c_int, [c_void_p, c_size_t]),
     "cudafd_watch_stream": (c_int, [c_void_p, c_size_t, POINTER(c_uint64)]),
     "cudafd_watch_event": (c_int, [c_void_p, c_size_t, POINTER(c_uint64)]),
     "cudafd_cancel": (c_int, [c_void_p, c_uint64]),

@@ -64,6 +64,11 @@ class NativeBackend:
     def fileno(self) -> int:
         return self._fd
 
+    def prepare(self, handle: int) -> None:
+        rc = self._lib.cudafd_prepare(self._ptr, handle)
+        if rc:
+            _lib.raise_for(self._lib, rc, "preparing the stream's context")
+
     def watch_stream(self, handle: int) -> int:
         rc = self._c_watch_stream(self._ptr, handle, self._token_ref)
         if rc:

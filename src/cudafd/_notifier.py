@@ -157,6 +157,25 @@ class Notifier:
         """
         return self._watch(resolve(target), False)
 
+    def prepare(self, stream: object) -> None:
+        """Make now every stream this Notifier's waits in ``stream``'s context
+        may need later (the hostfunc mechanism's side streams, the event
+        mechanism's blocking-waiter bridges, waits on events), so that no
+        later wait creates one. Optional; call it before the work starts.
+        Why: on an H200 about every 128th stream a process creates waits
+        until the GPU has no work in flight, and every CUDA call of the
+        process waits behind it (docs/guide.md, "Many streams"). They stay
+        until no Notifier is open. Raises TypeError for something that is
+        not a stream, CudaError for a dead one, ClosedError after close().
+        """
+        t = resolve(stream)
+        if t.kind != "stream":
+            raise TypeError(f"prepare() takes a stream, not {type(stream).__qualname__}")
+        with self._lock:
+            if self._closed:
+                raise ClosedError("prepare() on a closed Notifier")
+            self._backend.prepare(t.handle)  # type: ignore[union-attr]
+
     # ---- for loop adapters: a lone wait may skip what is already over ----
 
     def _watch(self, t: Target, unless_done: bool) -> int:

@@ -167,6 +167,9 @@ class PollBackend:
             return True
         return self._events.pop(token, None) is not None
 
+    def prepare(self, handle: int) -> None:
+        """Nothing to make: the poll mechanism has no side streams."""
+
     def poll(self) -> None:
         if self._closed or self._drv is None:
             return
