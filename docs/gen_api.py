@@ -17,7 +17,7 @@ import cudafd.sim
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "api.md")
 
 SECTIONS = [
-    ("Waiting", ["wait", "fence", "Fence", "Notifier", "jax_ready"]),
+    ("Waiting", ["wait", "prepare", "fence", "Fence", "Notifier", "jax_ready"]),
     ("Errors", ["CudafdError", "CudaError", "ClosedError", "InvalidStateError", "LibraryError"]),
     ("Driver and accounting", ["use_driver", "use_simulator", "stats", "MECHANISMS"]),
 ]

@@ -16,7 +16,7 @@ import pytest
 
 import cudafd
 from cudafd import _lib
-from support import REAL, core_option, first_watch
+from support import REAL, core_option, first_watch, run
 from test_host_notifications import GATE_S, SLOW_WATCH_S, _complete_in_order, _gate, _watch_all
 
 BOUNDARY = 128  # the simulator's CUDAFDSIM_STREAM_BLOCK
@@ -85,3 +85,25 @@ def test_prepare_refuses_what_it_cannot_prepare(dev, mechanism):
     n.close()
     with pytest.raises(cudafd.ClosedError):
         n.prepare(s)
+
+
+def test_module_prepare_uses_the_running_loops_default_notifier(dev, loop_flavor):
+    s = dev.stream()
+
+    async def body(api):
+        before = cudafd.stats()["streams"]
+        cudafd.prepare(s)
+        made = cudafd.stats()["streams"]
+        assert made >= before + 32, f"cudafd.prepare() made {made - before} streams"
+        s.launch(0.005)
+        await cudafd.wait(s)  # the Notifier it prepared is the one cudafd.wait() uses
+        assert cudafd.stats()["streams"] == made
+        with pytest.raises(TypeError):
+            cudafd.prepare(object())
+
+    run(loop_flavor, "event", body)
+
+
+def test_module_prepare_needs_a_running_loop(dev):
+    with pytest.raises(cudafd.CudafdError):
+        cudafd.prepare(dev.stream())

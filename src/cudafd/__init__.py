@@ -23,7 +23,7 @@ from ._jax import jax_ready
 from ._lib import use_driver, use_simulator
 from ._notifier import MECHANISMS, Notifier
 from ._stats import stats
-from ._wait import wait
+from ._wait import prepare, wait
 
 if TYPE_CHECKING:
     from . import sim
@@ -32,6 +32,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "wait",
+    "prepare",
     "fence",
     "Fence",
     "jax_ready",

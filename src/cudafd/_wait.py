@@ -36,7 +36,7 @@ try:
 except ImportError:  # pragma: no cover - optional
     _sniffio = None  # type: ignore[assignment]
 
-__all__ = ["current_async_library", "wait", "wait_fence"]
+__all__ = ["current_async_library", "prepare", "wait", "wait_fence"]
 
 
 SUPPORTED = "asyncio, uvloop, trio, or anyio on either"
@@ -144,6 +144,30 @@ if hasattr(inspect, "markcoroutinefunction"):  # Python 3.12+: inspect.iscorouti
     wait = inspect.markcoroutinefunction(wait)
 else:  # 3.10/3.11: asyncio.iscoroutinefunction(wait) is True (the marker asyncio itself checks)
     wait._is_coroutine = _asyncio_coroutines._is_coroutine  # type: ignore[attr-defined]
+
+
+def prepare(stream: object) -> None:
+    """``cudafd.prepare(stream)``, inside a running event loop: make now every
+    stream that ``cudafd.wait()``'s waits in ``stream``'s context may need
+    later, on the running loop's default Notifier (Notifier.prepare; the
+    Notifier is created if need be). Optional: call it once per context
+    before the work starts, and no later wait creates a stream (on an H200
+    a stream created while the GPU is busy can hold up every CUDA call until
+    it drains: docs/guide.md, "Many streams").
+
+    Raises CudafdError outside a running asyncio, uvloop, trio or anyio
+    loop, TypeError for something that is not a stream.
+    """
+    loop = _plain_asyncio_loop()
+    if loop is None and not _in_trio():
+        library = current_async_library()
+        if library != "asyncio":
+            raise _unsupported(library)
+        loop = get_running_loop()
+    if loop is not None:
+        _aio.default_dispatcher(loop)._notifier.prepare(stream)
+    else:
+        _trio_adapter().default_dispatcher()._notifier.prepare(stream)
 
 
 async def _wait_detected(target: object, notifier: Notifier | None) -> None:
