@@ -159,6 +159,17 @@ static void ctx_unhold(cfd_ctx *cx)
     pthread_mutex_unlock(&g.mu);
 }
 
+/* An open notifier's watch of `stream`: its context, made current (cfd_leave_ctx after). */
+static int enter_stream_ctx(cudafd_notifier *n, uintptr_t stream, CUcontext *ctx, bool *pushed)
+{
+    if (__atomic_load_n(&n->closed, __ATOMIC_ACQUIRE))
+        return cfd_fail(CUDAFD_E_CLOSED, "the notifier is closed");
+    CUresult r = cu.cuStreamGetCtx((CUstream)stream, ctx);
+    if (r != CUDA_SUCCESS)
+        return cfd_fail_cuda(r, "cuStreamGetCtx (is this a live stream?)");
+    return cfd_enter_ctx(*ctx, pushed);
+}
+
 static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, int64_t *due)
 {
     int rc = check_notifier(n);
@@ -166,15 +177,9 @@ static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, i
         return rc;
     if (!token)
         return cfd_fail(CUDAFD_E_INVALID, "token is NULL");
-    if (__atomic_load_n(&n->closed, __ATOMIC_ACQUIRE))
-        return cfd_fail(CUDAFD_E_CLOSED, "the notifier is closed");
     CUcontext ctx = NULL;
-    CUresult r = cu.cuStreamGetCtx((CUstream)stream, &ctx);
-    if (r != CUDA_SUCCESS)
-        return cfd_fail_cuda(r, "cuStreamGetCtx (is this a live stream?)");
     bool pushed;
-    rc = cfd_enter_ctx(ctx, &pushed);
-    if (rc != CUDAFD_OK)
+    if ((rc = enter_stream_ctx(n, stream, &ctx, &pushed)) != CUDAFD_OK)
         return rc;
     bool hostfunc = n->mech == CUDAFD_MECH_HOSTFUNC;
     CUevent taken = NULL;
@@ -212,14 +217,9 @@ CFD_API int cudafd_prepare(cudafd_notifier *n, uintptr_t stream)
     int rc = check_notifier(n);
     if (rc != CUDAFD_OK)
         return rc;
-    if (__atomic_load_n(&n->closed, __ATOMIC_ACQUIRE))
-        return cfd_fail(CUDAFD_E_CLOSED, "the notifier is closed");
     CUcontext ctx = NULL;
-    CUresult r = cu.cuStreamGetCtx((CUstream)stream, &ctx);
-    if (r != CUDA_SUCCESS)
-        return cfd_fail_cuda(r, "cuStreamGetCtx (is this a live stream?)");
     bool pushed;
-    if ((rc = cfd_enter_ctx(ctx, &pushed)) != CUDAFD_OK)
+    if ((rc = enter_stream_ctx(n, stream, &ctx, &pushed)) != CUDAFD_OK)
         return rc;
     cfd_ctx *cx = ctx_record(ctx, NULL);
     if (cx) {
