@@ -198,7 +198,10 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, CU
         w->side_wait_due = !waited;
         defer_push(w);
     }
-    if (watchdog_idle) /* else it is up, or comes up when a host function comes back (cfd_notify_put) */
+    /* Else it is up, or comes up when a host function comes back
+     * (cfd_notify_put); but a wait put off only because the budget was spent
+     * when it looked, and has room again now, is launched at once. */
+    if (watchdog_idle || (!launch && g.stat[ST_NOTIFY] < CFD_NOTIFY_MAX))
         pthread_cond_signal(&g.watchdog_cv);
     uint64_t tok = w->token;
     pthread_mutex_unlock(&g.mu);
