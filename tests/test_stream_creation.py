@@ -107,3 +107,22 @@ def test_module_prepare_uses_the_running_loops_default_notifier(dev, loop_flavor
 def test_module_prepare_needs_a_running_loop(dev):
     with pytest.raises(cudafd.CudafdError):
         cudafd.prepare(dev.stream())
+
+
+def test_prepare_returns_once_the_streams_are_made(dev):
+    """Two notifiers prepare one context at once: the second waits for the
+    first's streams rather than return with them half made (on the
+    simulator the first is held up at the boundary until the gate opens)."""
+    import threading
+
+    streams = [dev.stream() for _ in range(2)]
+    with cudafd.Notifier("event") as n1, cudafd.Notifier("event") as n2:
+        _pad_to_boundary(dev, made_by_gate=11)  # the 11th stream the first prepare makes is the 128th
+        with _gate(dev, streams):
+            first = threading.Thread(target=n1.prepare, args=(streams[0],))
+            first.start()
+            time.sleep(0.1)
+            n2.prepare(streams[1])
+            made = cudafd.stats()["streams"]
+            first.join()
+        assert made >= 32 + 16, f"prepare() returned with {made} streams made"

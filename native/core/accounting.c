@@ -12,6 +12,7 @@ struct cfd_global g = {
     .poller_tfd = -1,
     .blocker_cv = PTHREAD_COND_INITIALIZER,
     .watchdog_cv = PTHREAD_COND_INITIALIZER,
+    .fill_cv = PTHREAD_COND_INITIALIZER,
     .spin_ns = 50 * 1000,
     .linger_ns = 200 * 1000,
     .watchdog_ns = 10 * 1000 * 1000,

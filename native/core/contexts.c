@@ -212,9 +212,14 @@ void cfd_side_release(cfd_side_pool *p, uintptr_t key, int index)
 
 void cfd_side_fill_locked(cfd_side_pool *p, int count)
 {
+    if (p->filling) { /* so that no caller goes on to make streams of its own meanwhile */
+        while (p->filling)
+            pthread_cond_wait(&g.fill_cv, &g.mu);
+        return;
+    }
     CUstream made[CFD_SIDE_MAX];
     int want = 0, n = 0;
-    p->filled = true;
+    p->filled = p->filling = true;
     for (int i = 0; i < count && i < CFD_SIDE_MAX; i++)
         want += !p->stream[i];
     pthread_mutex_unlock(&g.mu);
@@ -231,12 +236,14 @@ void cfd_side_fill_locked(cfd_side_pool *p, int count)
         cu.cuStreamDestroy(made[--n]);
         cfd_count(ST_STREAMS, -1);
     }
+    p->filling = false;
+    pthread_cond_broadcast(&g.fill_cv);
 }
 
 int cfd_side_stream(cfd_side_pool *p, uintptr_t key, bool fill, CUstream *out, int *index)
 {
     pthread_mutex_lock(&g.mu);
-    if (fill && !p->filled)
+    if ((fill && !p->filled) || p->filling)
         cfd_side_fill_locked(p, CFD_SIDE_MAX);
     int i = hold_side(p, key);
     CUstream s = i >= 0 ? p->stream[i] : NULL;

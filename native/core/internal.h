@@ -64,7 +64,8 @@ typedef struct cfd_side_pool {
     int busy[CFD_SIDE_MAX];        /* holders of each */
     cfd_side_key *keys;            /* which stream each key in flight uses */
     int nkeys, capkeys;
-    bool filled; /* all CFD_SIDE_MAX made (or tried) at once */
+    bool filled;  /* made (or tried) all at once: cfd_side_fill_locked */
+    bool filling; /* a thread makes them now; others wait (g.fill_cv) */
 } cfd_side_pool;
 typedef struct cfd_ctx {
     CUcontext ctx;
@@ -92,8 +93,9 @@ int cfd_event_create(CUevent *ev, bool blocking); /* counted; caller's context c
  * (why: contexts.c). cx->ctx current. */
 int cfd_side_stream(cfd_side_pool *p, uintptr_t key, bool fill, CUstream *out, int *index);
 void cfd_side_release(cfd_side_pool *p, uintptr_t key, int index); /* g.mu held */
-/* Make the pool's first `count` streams now, those not made yet; marks it
- * filled. g.mu held (released while the driver makes them), cx->ctx current. */
+/* Make the pool's first `count` streams now, those not made yet, and mark it
+ * filled; if another thread is filling it, wait for that instead. g.mu held
+ * (released while the driver makes them), cx->ctx current. */
 void cfd_side_fill_locked(cfd_side_pool *p, int count);
 void cfd_event_destroy(CUevent ev);
 
@@ -258,6 +260,7 @@ struct cfd_global {
     int nqueued; /* lanes in the blocker queue (stale ones too, until a blocker drops them) */
     /* hostfunc */
     pthread_cond_t watchdog_cv;
+    pthread_cond_t fill_cv; /* a side-stream pool finished filling */
     bool watchdog_running;
     int probing; /* threads querying events they do not own: no event or record may be retired */
     cfd_wait *hf_pending; /* doubly linked via next and hprev */

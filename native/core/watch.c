@@ -224,9 +224,9 @@ CFD_API int cudafd_prepare(cudafd_notifier *n, uintptr_t stream)
     cfd_ctx *cx = ctx_record(ctx, NULL);
     if (cx) {
         pthread_mutex_lock(&g.mu); /* the record is held: it outlives the unlocked fills */
-        if (!cx->side.filled)
+        if (!cx->side.filled || cx->side.filling)
             cfd_side_fill_locked(&cx->side, CFD_SIDE_MAX);
-        if (n->mech == CUDAFD_MECH_EVENT && !cx->bridge.filled) /* one bridge per blocking waiter */
+        if (n->mech == CUDAFD_MECH_EVENT && (!cx->bridge.filled || cx->bridge.filling)) /* a bridge per blocking waiter */
             cfd_side_fill_locked(&cx->bridge, (int)g.max_threads);
         pthread_mutex_unlock(&g.mu);
     }
