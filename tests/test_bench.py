@@ -108,6 +108,29 @@ def test_targets_tell_a_miss_from_a_target_out_of_reach():
     assert status({"throughput": tput(100, 100, None)}) == "miss"  # no bound measured: no claim
 
 
+def test_throughput_row_says_what_an_await_may_cost():
+    """The target in time: the µs per await it leaves over a bare yield,
+    against what cudafd's await and one query cost over it, round by round."""
+    from cudafd._bench.targets import await_budget, evaluate
+
+    def rounds(*rates):
+        return {"awaits_per_s": sorted(rates)[len(rates) // 2], "cores": 1.0,
+                "rounds": [{"awaits_per_s": r} for r in rates]}
+
+    methods = {"cudafd_event": rounds(100, 50), "sleep0": rounds(100, 100),
+               "bound_yield": rounds(200, 100), "bound_query": rounds(150, 80)}
+    # round 1: allowed 1e6/150 - 1e6/200 = 1666.7, cost 1e6/100 - 5000 = 5000, one query 1666.7
+    # round 2: allowed 6666.7 - 10000 = -3333.3, cost 20000 - 10000 = 10000, one query 2500
+    allowed, cost, ask = await_budget(methods, "sleep0")
+    assert round(allowed, 1) == -833.3 and cost == 7500 and round(ask, 1) == 2083.3
+    (row,) = evaluate({"throughput": {"asyncio": {"streams": 64, "kernel_us": 100, "methods": methods}}})
+    assert "the target allows -833.3 us, cudafd takes 7500.0 us (one query alone 2083.3 us)" in row["measured"]
+    del methods["bound_query"]
+    assert await_budget(methods, "sleep0")[2] is None
+    del methods["bound_yield"]
+    assert await_budget(methods, "sleep0") is None
+
+
 def test_scale_gives_no_verdict_unless_every_wait_was_pending_at_once():
     from cudafd._bench.targets import evaluate
 

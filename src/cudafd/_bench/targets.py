@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .numbers import paired
+from .numbers import paired, quantile
 
 __all__ = [
     "BUBBLE_LIMIT_US",
@@ -21,6 +21,7 @@ __all__ = [
     "LATENCY_LIMIT",
     "THROUGHPUT_CORES",
     "THROUGHPUT_RATIO",
+    "await_budget",
     "evaluate",
     "vs",
 ]
@@ -151,6 +152,30 @@ def vs(methods: dict, key: str, base: str, rates: Callable[[dict], list[float]] 
     return paired(rates(methods[key]), rates(methods[base]))
 
 
+def await_budget(methods: dict, best_key: str) -> tuple[float, float, float | None] | None:
+    """Where the throughput target stands in time rather than rates, round by
+    round (medians): the µs an await may cost the loop over ``bound_yield``
+    (a launch and a bare yield) and still reach THROUGHPUT_RATIO x the best
+    baseline; the µs cudafd's await costs over it; and the µs one driver
+    query costs over it (``bound_query``; None if not measured). A target
+    that allows less than any await can cost is shown by the first two."""
+    if JUDGED not in methods or best_key not in methods or "bound_yield" not in methods:
+        return None
+    ours, best, bare = _rates(methods[JUDGED]), _rates(methods[best_key]), _rates(methods["bound_yield"])
+    asks = _rates(methods["bound_query"]) if "bound_query" in methods else []
+    allowed, cost, ask = [], [], []
+    for i, (o, b, y) in enumerate(zip(ours, best, bare)):
+        if o <= 0 or b <= 0 or y <= 0:
+            continue
+        allowed.append(1e6 / (THROUGHPUT_RATIO * b) - 1e6 / y)
+        cost.append(1e6 / o - 1e6 / y)
+        if i < len(asks) and asks[i] > 0:
+            ask.append(1e6 / asks[i] - 1e6 / y)
+    if not allowed:
+        return None
+    return quantile(sorted(allowed), 0.5), quantile(sorted(cost), 0.5), quantile(sorted(ask), 0.5) if ask else None
+
+
 def _throughput(sections: dict) -> list[dict]:
     """Judged on the median of the round-by-round ratios: single rounds of one
     method spread by up to 1.7x on the H200 host, its ratios to a method
@@ -178,6 +203,12 @@ def _throughput(sections: dict) -> list[dict]:
             query = vs(methods, "bound_query", best_key)
             if query is not None:
                 measured += f"; with one query {query[0]:.2f}x"
+            budget = await_budget(methods, best_key)
+            if budget is not None:
+                allowed, cost, ask = budget
+                measured += f"; per await over a bare yield the target allows {allowed:.1f} us, cudafd takes {cost:.1f} us"
+                if ask is not None:
+                    measured += f" (one query alone {ask:.1f} us)"
         rows.append(_row(name, target, measured, ratio >= THROUGHPUT_RATIO and cores <= THROUGHPUT_CORES, bound_ok))
     return rows
 
