@@ -1,6 +1,6 @@
 """What a watch costs with thousands pending, and which thread makes it so.
 
-    python bench/scale_watch.py [--waits 10000] [--streams 1000] [--gate 3]
+    python bench/scale_watch.py [--waits 10000] [--streams 1000] [--gate 3] [--pad N] [--prepare]
 
 The scale section's setting: every stream waits for a gate (a kernel of
 --gate seconds on a stream of its own), then --waits / --streams watches
@@ -15,6 +15,12 @@ first makes 200 watches of work already over, as the scale section does:
   spin, hostfunc    the other mechanisms
 Per variant: µs per watch in each chunk, the peak of cudafd's threads, and
 each thread's CPU over the watches (µs per watch, by thread name).
+
+--pad N makes N more streams first, moving the streams the core makes
+under load (side streams, blocking waiters' bridges) across the driver's
+stream-creation boundary (about every 128th stream blocks until the GPU
+drains: docs/performance.md); --prepare calls Notifier.prepare() on the
+first stream before the gate, which is what it is for.
 """
 
 from __future__ import annotations
@@ -49,7 +55,8 @@ def parse(variant: str) -> tuple[str, dict[str, int]]:
     return mechanism, options
 
 
-def one(variant: str, waits: int, nstreams: int, gate_s: float, nchunks: int, observe: bool) -> dict:
+def one(variant: str, waits: int, nstreams: int, gate_s: float, nchunks: int, observe: bool,
+        pad: int = 0, prepare: bool = False) -> dict:
     from thread_cost import snapshot
 
     import cudafd
@@ -64,7 +71,11 @@ def one(variant: str, waits: int, nstreams: int, gate_s: float, nchunks: int, ob
         assert rc == 0, (name, rc)
     gpu = Gpu()
     n = Notifier(mechanism)
+    if pad:
+        gpu.streams(pad)
     handles = gpu.streams(nstreams)
+    if prepare:
+        n.prepare(handles[0])
     gate_stream = gpu.streams(1)[0]
     warm = [n.watch(handles[i % nstreams]) for i in range(200)]
     while warm:
@@ -113,7 +124,7 @@ def one(variant: str, waits: int, nstreams: int, gate_s: float, nchunks: int, ob
     stalled = next((i for i, us in enumerate(chunks) if us > 1000), None)
     return {
         "stalled_after": None if stalled is None else stalled * chunk * per,
-        "variant": variant,
+        "variant": variant + (f" pad {pad}" if pad else "") + (" prepared" if prepare else ""),
         "us_per_watch": round(total / count * 1e6, 1),
         "chunks": chunks,
         "peak_threads": peak,
@@ -131,14 +142,17 @@ def main() -> None:
     ap.add_argument("--chunks", type=int, default=10)
     ap.add_argument("--observe", action="store_true", help="poll the gate from a thread during the watches")
     ap.add_argument("--only", default="", help="variants, comma-separated: names above or mechanism:OPTION=value+...")
+    ap.add_argument("--pad", type=int, default=0, help="streams made before the gated ones")
+    ap.add_argument("--prepare", action="store_true", help="Notifier.prepare() before the gate")
     ap.add_argument("--child", default="")
     a = ap.parse_args()
     if a.child:
-        print(json.dumps(one(a.child, a.waits, a.streams, a.gate, a.chunks, a.observe)))
+        print(json.dumps(one(a.child, a.waits, a.streams, a.gate, a.chunks, a.observe, a.pad, a.prepare)))
         return
     for v in [x.replace("+", ",") for x in a.only.split(",")] if a.only else VARIANTS:
         args = [sys.executable, __file__, "--child", v, "--waits", str(a.waits), "--streams", str(a.streams),
-                "--gate", str(a.gate), "--chunks", str(a.chunks)] + (["--observe"] if a.observe else [])
+                "--gate", str(a.gate), "--chunks", str(a.chunks), "--pad", str(a.pad)]
+        args += (["--observe"] if a.observe else []) + (["--prepare"] if a.prepare else [])
         r = subprocess.run(args, capture_output=True, text=True, timeout=120)
         if r.returncode or not r.stdout.strip():
             print(f"{v}: failed (rc {r.returncode}): {r.stderr.strip().splitlines()[-1:]}")
@@ -146,7 +160,7 @@ def main() -> None:
         d = json.loads(r.stdout.strip().splitlines()[-1])
         cpu = ", ".join(f"{k} {x}" for k, x in sorted(d["cpu_us_per_watch"].items(), key=lambda kv: -kv[1])[:4])
         chunks = d["chunks"] if len(d["chunks"]) <= 10 else "..."
-        print(f"{v:15s} {d['us_per_watch']:7.1f} us/watch  stalled after {d['stalled_after']} watches  chunks {chunks}  "
+        print(f"{d['variant']:15s} {d['us_per_watch']:7.1f} us/watch  stalled after {d['stalled_after']} watches  chunks {chunks}  "
               f"threads {d['peak_threads']}  gate held {d['gate_held']}  cpu us/watch: {cpu}  core per watch: {d['core_per_watch']}")
 
 
