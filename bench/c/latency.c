@@ -389,10 +389,13 @@ static void bubble(int kernels, int batch, int repeats)
     sep = "";
     for (int v = 0; v < NVARIANTS; v++)
         if (failed[v]) {
-            const char *why = v == B_HOSTFUNC && !cu.cuLaunchHostFunc ? "the driver has no cuLaunchHostFunc"
-                              : over_budget[v] ? "over its time budget: enqueueing its points blocked behind the gate"
-                                               : "a batch failed or timed out";
-            printf("%s\"%s\": \"%s\"", sep, variant_key[v], why);
+            if (v == B_HOSTFUNC && !cu.cuLaunchHostFunc)
+                printf("%s\"%s\": \"the driver has no cuLaunchHostFunc\"", sep, variant_key[v]);
+            else if (over_budget[v])
+                printf("%s\"%s\": \"over its time budget (%.0f s for all its batches)\"", sep, variant_key[v],
+                       BUBBLE_BUDGET_S);
+            else
+                printf("%s\"%s\": \"a batch failed or timed out\"", sep, variant_key[v]);
             sep = ", ";
         }
     printf("}}\n");
