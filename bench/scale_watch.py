@@ -18,7 +18,7 @@ each thread's CPU over the watches (µs per watch, by thread name).
 
 --pad N makes N more streams first, moving the streams the core makes
 under load (side streams, blocking waiters' bridges) across the driver's
-stream-creation boundary (about every 128th stream blocks until the GPU
+stream-creation boundaries (now and then a creation blocks until the GPU
 drains: docs/performance.md); --prepare calls Notifier.prepare() on the
 first stream before the gate, which is what it is for.
 """

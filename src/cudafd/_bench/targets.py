@@ -167,10 +167,11 @@ def await_budget(methods: dict, best_key: str) -> tuple[float, float, float | No
     for i, (o, b, y) in enumerate(zip(ours, best, bare)):
         if o <= 0 or b <= 0 or y <= 0:
             continue
-        allowed.append(1e6 / (THROUGHPUT_RATIO * b) - 1e6 / y)
-        cost.append(1e6 / o - 1e6 / y)
+        yield_us = 1e6 / y
+        allowed.append(1e6 / (THROUGHPUT_RATIO * b) - yield_us)
+        cost.append(1e6 / o - yield_us)
         if i < len(asks) and asks[i] > 0:
-            ask.append(1e6 / asks[i] - 1e6 / y)
+            ask.append(1e6 / asks[i] - yield_us)
     if not allowed:
         return None
     return quantile(sorted(allowed), 0.5), quantile(sorted(cost), 0.5), quantile(sorted(ask), 0.5) if ask else None
