@@ -8,11 +8,18 @@
  * no CUDA call is allowed: the trampoline only queues the completion and
  * writes the eventfd (parking, never destroying, the event).
  *
- * Fact relied on: after a fault the driver never runs host functions of that
- * context. A watchdog thread therefore queries the event of every point
- * pending longer than CUDAFD_OPT_WATCHDOG_NS and completes it with the
- * driver's error when the query reports one: a fault surfaces within about
- * two watchdog periods instead of never.
+ * Facts relied on (H200, bench/fault_bystanders.py):
+ *  - A host function queued before its context faulted may still run after
+ *    the fault, though the work before it on the caller's stream never
+ *    finished; one launched after the fault is refused (the sticky error).
+ *    So a host function's run proves nothing: the trampoline only marks its
+ *    wait fired and wakes the watchdog, which queries the wait's event and
+ *    reports success only when the driver does (the sticky error otherwise).
+ *  - A host function may also never run after a fault. The watchdog
+ *    therefore queries the event of every point pending longer than
+ *    CUDAFD_OPT_WATCHDOG_NS and completes it with the driver's error when
+ *    the query reports one: a fault surfaces within about two watchdog
+ *    periods instead of never.
  *
  * Host functions in flight are few (CFD_NOTIFY_MAX, shared with the blocking
  * waiters' bridges): past the driver's own limit cuLaunchHostFunc blocks
@@ -104,6 +111,10 @@ static void defer_remove(cfd_wait *w)
 static void hf_leave(cfd_wait *w)
 {
     hf_unlink(w);
+    if (w->fired) {
+        w->fired = false;
+        g.hf_fired--;
+    }
     if (w->launched) {
         w->launched = false;
         cfd_notify_put();
@@ -117,11 +128,10 @@ static void trampoline(void *data)
     uint64_t token = (uint64_t)(uintptr_t)data;
     pthread_mutex_lock(&g.mu);
     cfd_wait *w = cfd_wait_lookup(token);
-    if (w) { /* else the watchdog already reported a fault for it */
-        hf_leave(w);
-        cfd_wait_complete(w, 0, true);
-        if (!g.hf_pending)
-            pthread_cond_signal(&g.watchdog_cv);
+    if (w && !w->fired) { /* else the watchdog already reported a fault for it */
+        w->fired = true;
+        g.hf_fired++;
+        pthread_cond_signal(&g.watchdog_cv);
     }
     pthread_mutex_unlock(&g.mu);
 }
@@ -295,15 +305,17 @@ static void *watchdog_main(void *arg)
             continue;
         }
         int64_t now = cfd_now_ns();
-        if (now < next_check) { /* woken early: a host function came back, or a wait came */
+        bool periodic = now >= next_check;
+        if (!periodic && g.hf_fired == 0) { /* woken early: a wait came, or a budget slot freed */
             cfd_cond_wait_ns(&g.watchdog_cv, next_check - now);
             continue;
         }
-        next_check = now + g.watchdog_ns;
-        int64_t old = now - g.watchdog_ns;
+        if (periodic)
+            next_check = now + g.watchdog_ns;
+        int64_t old = periodic ? now - g.watchdog_ns : INT64_MIN;
         int k = 0;
         for (cfd_wait *w = g.hf_pending; w && k < WATCHDOG_BATCH; w = w->next)
-            if (w->t0 <= old)
+            if (w->fired || w->t0 <= old)
                 batch[k++].token = w->token, batch[k - 1].ev = w->ev, batch[k - 1].ctx = w->cx->ctx;
         if (k == 0)
             continue;
@@ -316,15 +328,24 @@ static void *watchdog_main(void *arg)
         }
         pthread_mutex_lock(&g.mu);
         cfd_probe_end();
+        bool unconfirmed = false; /* a host function ran before its event read as done */
         for (int i = 0; i < k; i++) {
-            if (batch[i].r == CUDA_SUCCESS || batch[i].r == CUDA_ERROR_NOT_READY)
-                continue;
             cfd_wait *w = cfd_wait_lookup(batch[i].token);
-            if (w) {
+            if (!w)
+                continue;
+            if (batch[i].r == CUDA_ERROR_NOT_READY) {
+                unconfirmed |= w->fired;
+                continue;
+            }
+            /* success only once its host function ran: before that, the
+             * side stream may still hold the launch's resources */
+            if (batch[i].r != CUDA_SUCCESS || w->fired) {
                 hf_leave(w);
                 cfd_wait_complete(w, batch[i].r, false);
             }
         }
+        if (unconfirmed) /* asked again in a moment, not in a busy loop */
+            cfd_cond_wait_ns(&g.watchdog_cv, 1000000);
     }
     g.watchdog_running = false;
     cfd_thread_exit_locked();

@@ -116,6 +116,7 @@ typedef struct cfd_wait {
     uint8_t mech;
     bool launched;       /* hostfunc: its host function is launched (holds a notification, cfd_notify_take) */
     bool side_wait_due;  /* hostfunc, put off: its side stream waits for ev only at the launch */
+    bool fired;          /* hostfunc: its host function ran; the watchdog confirms ev before success */
     int8_t side;         /* the side stream it holds (cfd_side_stream, cx->side), or -1 */
     uintptr_t side_key;  /* the key it holds it for */
     int64_t t0;  /* when it was watched */
@@ -264,6 +265,7 @@ struct cfd_global {
     bool watchdog_running;
     int probing; /* threads querying events they do not own: no event or record may be retired */
     cfd_wait *hf_pending; /* doubly linked via next and hprev */
+    int hf_fired;         /* waits in it whose host function ran, to be confirmed by the watchdog */
     cfd_wait *hf_defer_head, *hf_defer_tail; /* waits whose host function the watchdog is to launch, in order */
     CUevent *graveyard;   /* events to destroy outside the callback thread */
     int ngrave, capgrave;

@@ -18,8 +18,10 @@
  *    event's destruction. An event never recorded is complete.
  *  - cuStreamWaitEvent makes a stream wait for the record of an event that
  *    was latest when it was called.
- *  - Host functions run in order on one separate "driver callback" thread,
- *    block their stream until they return, and never run after a fault.
+ *  - Host functions run in order on one separate "driver callback" thread
+ *    and block their stream until they return. When their context faults,
+ *    those already queued run at once (the work before them never finished,
+ *    as on an H200), and later launches return the sticky error.
  *  - Host notifications (host functions, records of BLOCKING_SYNC events)
  *    are few: with CUDAFDSIM_NOTIFY_MAX of a context's in flight, the call
  *    that would add one blocks until one is retired, and every other call

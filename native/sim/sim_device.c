@@ -12,7 +12,8 @@
  *    events through intrusive lists; destroying it kills them all, which
  *    drops their queued work and wakes every blocked synchronisation.
  *  - A fault is sticky: set once, never cleared; queued work is dropped at
- *    that moment (records never complete, host functions never run).
+ *    that moment (records never complete), but host functions already
+ *    queued run at once, as on an H200; launches after it are refused.
  *  - A primary context exists while retained; its last release destroys it.
  */
 #include <stdio.h>

@@ -110,13 +110,23 @@ static void notify_retired(struct sim_ctx *c, struct sim_op *op)
     pthread_cond_broadcast(&sim.notify_cv);
 }
 
-static void drop_queue(struct sim_stream *s)
+/* Empty a stream's queue. A fault (run_hosts) still runs the host functions
+ * queued on it, at once, as an H200 does (bench/fault_bystanders.py): the
+ * work before them never finished, so a host function's run proves nothing.
+ * Otherwise (the context is going away) a host function not yet started
+ * never runs. */
+static void drop_queue(struct sim_stream *s, bool run_hosts)
 {
     struct sim_ctx *c = s->ctx;
     pthread_cond_broadcast(&sim.notify_cv); /* callers waiting for room see the fault or the end */
     for (struct sim_op *op = s->head, *next; op; op = next) {
         next = op->next;
-        op->dropped = true; /* a host function handed over is skipped */
+        if (run_hosts && op->kind == SIM_OP_HOST) {
+            if (op->host.state == SIM_HOST_QUEUED)
+                sim_callback_submit_locked(op);
+        } else {
+            op->dropped = true; /* a host function handed over is skipped */
+        }
         notify_retired(c, op);
         if (op->kind == SIM_OP_RECORD && op->record.ev) {
             sim_event_unref_locked(op->record.ev);
@@ -132,7 +142,7 @@ static void drop_queue(struct sim_stream *s)
 
 void sim_stream_fault_locked(struct sim_stream *s)
 {
-    drop_queue(s);
+    drop_queue(s, true);
     if (s->waiters)
         pthread_cond_broadcast(&s->cv);
     if (s->destroyed)
@@ -141,7 +151,7 @@ void sim_stream_fault_locked(struct sim_stream *s)
 
 void sim_stream_kill_locked(struct sim_stream *s)
 {
-    drop_queue(s);
+    drop_queue(s, false);
     release_handle(s);
     s->destroyed = true;
     if (s->waiters)
