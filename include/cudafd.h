@@ -14,9 +14,9 @@
  * never lost and never reported twice. Level-triggered and edge-triggered
  * polling both work: after an edge, drain until cudafd_drain() returns 0.
  *
- * Threads: cudafd runs its own native waiter threads (a bounded pool shared by
- * every notifier in the process) and, for the hostfunc mechanism, code on the
- * driver's callback thread. None of them calls back into the caller: they only
+ * Threads: cudafd runs one native poller thread shared by every notifier in
+ * the process and, for the hostfunc mechanism, a watchdog thread and code on
+ * the driver's callback thread. None of them calls back into the caller: they only
  * queue completions and write the eventfd.
  *
  * Every function that returns int returns CUDAFD_OK (0) or a negative
@@ -34,7 +34,7 @@ extern "C" {
 #endif
 
 /* Bumped on every incompatible change of this header. */
-#define CUDAFD_ABI_VERSION 1
+#define CUDAFD_ABI_VERSION 2
 
 /* Return codes (negative). */
 #define CUDAFD_OK 0
@@ -52,16 +52,24 @@ extern "C" {
  * (the driver's error for the awaited work, e.g. 700 CUDA_ERROR_ILLEGAL_ADDRESS). */
 
 /* Mechanisms: how a notifier learns that the GPU passed a point. */
-#define CUDAFD_MECH_EVENT 0    /* pooled event; a shared poller spins briefly, then paces; long waits block */
+#define CUDAFD_MECH_EVENT 0    /* pooled event; a shared poller asks at intervals bounded by max_lateness */
 #define CUDAFD_MECH_HOSTFUNC 1 /* cuLaunchHostFunc on a side stream; a watchdog surfaces faults */
 #define CUDAFD_MECH_SPIN 2     /* pooled event; a shared waiter polls while waits are pending */
 
 /* Tunables for cudafd_set_option(); process-wide, take effect for new waits. */
-#define CUDAFD_OPT_SPIN_NS 0     /* the longest the poller spins on a wait before it paces it */
-#define CUDAFD_OPT_MAX_THREADS 1 /* cap on blocking waiter threads (the poller and watchdog are extra) */
-#define CUDAFD_OPT_LINGER_NS 2   /* how long the poller stays awake after its last completion */
-#define CUDAFD_OPT_WATCHDOG_NS 3 /* hostfunc: how often pending points are checked for faults */
-#define CUDAFD_OPT_BLOCK_AFTER_NS 4 /* event: how long a wait is paced before a blocking waiter takes it */
+#define CUDAFD_OPT_WATCHDOG_NS 0 /* hostfunc: how often pending points are checked for faults */
+/* event: the default max_lateness of new notifiers (cudafd_notifier_set_max_lateness) */
+#define CUDAFD_OPT_MAX_LATENESS_NS 1
+
+/* max_lateness: the event mechanism finds a wait at most this long after its
+ * work ended (plus the time this machine takes to wake a sleeping thread).
+ * A wait that has run for t is asked again after t/32, but never sooner than
+ * a tenth of max_lateness nor later than max_lateness: short waits are found
+ * within tens of microseconds, and a long wait costs about 1/max_lateness
+ * wake-ups per second. Faults surface within max_lateness too. */
+#define CUDAFD_MAX_LATENESS_DEFAULT_NS (200 * 1000)
+#define CUDAFD_MAX_LATENESS_MIN_NS (1000)
+#define CUDAFD_MAX_LATENESS_MAX_NS (10LL * 1000 * 1000 * 1000)
 
 typedef struct cudafd_notifier cudafd_notifier;
 
@@ -105,14 +113,18 @@ int cudafd_mechanism_available(int mechanism);
 int cudafd_notifier_create(int mechanism, cudafd_notifier **out);
 /* The eventfd to poll for readability (-1 for NULL). Owned by the notifier. */
 int cudafd_notifier_fd(const cudafd_notifier *n);
+/* The notifier's max_lateness for its later watches, in ns, within
+ * [CUDAFD_MAX_LATENESS_MIN_NS, CUDAFD_MAX_LATENESS_MAX_NS] (CUDAFD_E_INVALID
+ * otherwise). New notifiers take CUDAFD_OPT_MAX_LATENESS_NS. */
+int cudafd_notifier_set_max_lateness(cudafd_notifier *n, int64_t ns);
 /* A counter that grows by one with every completion queued and at close,
  * for callers that spin briefly before polling the fd: when it has not
  * changed since the last drain, there is nothing to drain. Read it with an
  * atomic load (acquire); valid until cudafd_notifier_destroy. NULL for NULL. */
 const uint64_t *cudafd_notifier_seq(const cudafd_notifier *n);
 /* Make now every stream the notifier's waits in `stream`'s context may need
- * later (side streams; the event mechanism's blocking-waiter bridges), so that
- * no later watch creates one. Optional, and best called before the work
+ * later (side streams: hostfunc points, waits on events), so that no later
+ * watch creates one. Optional, and best called before the work
  * starts: on an H200 about every 128th stream a process creates waits until
  * the device has no work in flight, and every call into the context waits
  * behind it. A context's streams go when no notifier is open. */
@@ -128,41 +140,6 @@ int cudafd_watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token);
  * current context hosts the wait (a side stream of it waits for the event;
  * the event may belong to another context); one must be current. */
 int cudafd_watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token);
-/* cudafd_watch_stream, for a caller that can sleep on a precise timer of its
- * own (an event loop with a timerfd) and so spare the poller's thread its
- * wake: *due_ns > 0 says the caller times this wait; it calls cudafd_check at
- * that time (CLOCK_MONOTONIC ns) and as often as that says, until the wait
- * finished or went back to the core. *due_ns == 0: an ordinary watch, whose
- * completion comes through the fd (another mechanism, a stream with no
- * history yet, or a stream with waits already pending). A caller that stops
- * checking should cancel the token (closing the notifier also does); a wait
- * not checked for a second past its due time goes back to the core, and the
- * fd reports it. */
-int cudafd_watch_stream_timed(cudafd_notifier *n, uintptr_t stream, uint64_t *token, int64_t *due_ns);
-/* Ask after a wait from cudafd_watch_stream_timed. Sets *due_ns:
- *   0   it finished: its status is in *status (0 or the CUresult); it will
- *       never be drained, and the token is no longer pending;
- *   > 0 still running: check again at *due_ns;
- *   -1  the core has it now (another wait joined its stream, or it was
- *       detached): its completion comes through the fd as usual.
- * One thread at a time per token (CUDAFD_E_STATE otherwise). */
-int cudafd_check(cudafd_notifier *n, uint64_t token, int64_t *status, int64_t *due_ns);
-/* Have the core arm the caller's timerfd (CLOCK_MONOTONIC) for the waits
- * the caller times, which spares it a timerfd_settime of its own per wait:
- * cudafd_watch_stream_timed and cudafd_check arm it at each *due_ns > 0 they
- * return, and cudafd_check disarms it (clearing its readiness) when it
- * returns 0 or -1. If it cannot be armed, the wait is the core's instead
- * (*due_ns 0 from the watch, -1 from the check), so a wait is never left
- * without a timer. For a caller that times one wait at a time: each due
- * replaces the last. -1 stops it. The fd stays the caller's: set -1 before
- * closing it. CUDAFD_E_INVALID if it is not a timerfd.
- * idle_ns > 0: a check that returns 0 (the wait ended) arms the clock
- * idle_ns later instead of disarming it, in the same call; a later watch
- * re-arms it for its own due. So the clock fires with no timed wait pending
- * once no timed wait followed for idle_ns: a caller may then unregister
- * what it keeps registered between waits, at no cost per wait. 0: never;
- * negative: CUDAFD_E_INVALID. */
-int cudafd_set_clock(cudafd_notifier *n, int timerfd, int64_t idle_ns);
 /* Already passed? 1 when every piece of work enqueued on `stream` so far has
  * finished without error, else 0: still running, faulted, or not a live
  * stream (watch it to learn which). A cheap check before a watch, so a wait
@@ -189,82 +166,25 @@ void cudafd_notifier_destroy(cudafd_notifier *n);
 /* ---- accounting ---- */
 
 /* Live counts, by index (stable within an ABI version):
- *   0 threads    native threads of cudafd alive now
+ *   0 threads    native threads of cudafd alive now (the poller; for
+ *                hostfunc, its watchdog)
  *   1 events     CUevents created by cudafd and not yet destroyed
  *   2 eventfds   eventfds open (the notifiers', and the poller's timerfd)
  *   3 pending    wait records alive (attached or detached, not yet finished)
  *   4 notifiers  notifiers created and not yet destroyed
  *   5 contexts   per-context records (event pools, side streams)
- *   6 streams    side streams created by cudafd (hostfunc)
+ *   6 streams    side streams created by cudafd (hostfunc, waits on events)
+ *   7 notifications  host functions in flight (the core keeps at most 16:
+ *                past the driver's few, every call into the context stalls)
  * and cumulative totals:
- *   7 completed  completions delivered
- *   8 spun       completions found by the polling waiter
- *   9 blocked    completions found by a blocking waiter
- *  10 faults     completions with a nonzero status
- *  11 direct     waits that skipped the poller's spin (the adaptive budget
- *                said waits are long) and went straight to paced queries
- *  12 paced      completions found by a paced (timed) query of the poller
- *  13 wakes      times the poller woke from a sleep (the CPU a long wait costs
- *                it: about one per paced wait)
- *  14 timed      completions found by a caller's cudafd_check
- * and one more live count:
- *  15 notifications  host notifications in flight: host functions and
- *                blocking waiters' bridges (the core keeps at most 16: past
- *                the driver's few, every call into the context stalls) */
-#define CUDAFD_STAT_COUNT 16
+ *   8 completed  completions delivered
+ *   9 faults     completions with a nonzero status
+ *  10 queries    event queries made by the poller
+ *  11 wakes      times the poller woke from a sleep */
+#define CUDAFD_STAT_COUNT 12
 const char *cudafd_stat_name(int index);
 /* Fill out[0..n) with the counts; returns how many were filled. */
 int cudafd_stats(int64_t *out, int n);
-
-/* ---- the answer board: the driver asked for a busy loop (board.c) ----
- *
- * For a thread that runs many tasks, each launching work and awaiting it
- * (64 streams, each a loop of a 100 us kernel and an await), where the
- * thread's own core is the bottleneck and one cuStreamQuery per await is a
- * large part of it. The board's thread makes those queries; the caller
- * reads the answers as plain words, with no driver call:
- *
- *   slot = cudafd_board_bind(b, stream);          once per stream
- *   launch work on stream;
- *   w = cudafd_board_want(b, slot);               announce: "has it passed this?"
- *   ... run other tasks ...
- *   if (done[slot] == w) it passed;               done from cudafd_board_words (an acquire load)
- *   else ask the driver yourself (cudafd_stream_done) or watch.
- *
- * Answers are only ever "passed": a running stream, a fault or a bad handle
- * leave done behind want, so a caller that finds no answer must ask or
- * watch, which reports errors. done only moves forward (modulo 2^32) to a
- * value want had, so done == w means "passed w", and a later want's answer
- * covers earlier ones. The thread queries a slot first when its point is
- * likely over (from how long that stream's points took to be answered,
- * smoothed), then at its pace: a
- * quarter of how long answers sat unread before the caller announced the
- * next point on their slot (smoothed; 20 us to 1 ms, halved by each answer
- * not there in time). With nothing pending it parks (no CPU), and it exits after 20 ms parked
- * (cudafd_stats counts it among the threads); a want starts or wakes it.
- * Default streams (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) cannot be
- * bound: they name the querying thread's context.
- * Threads: want and drop on one slot from one thread at a time; bind and
- * unbind from any. destroy when no other call on the board is in progress. */
-typedef struct cudafd_board cudafd_board;
-int cudafd_board_create(int slots, cudafd_board **out); /* 1..2^20 slots; loads the driver */
-void cudafd_board_destroy(cudafd_board *b);              /* stops its thread; NULL is a no-op */
-/* The answer words: want[slot] and done[slot] (uint32), valid until destroy;
- * returns the number of slots. */
-int cudafd_board_words(cudafd_board *b, const uint32_t **want, const uint32_t **done);
-int cudafd_board_bind(cudafd_board *b, uintptr_t stream); /* a free slot (>= 0) for stream; NOMEM: full */
-int cudafd_board_unbind(cudafd_board *b, int slot);       /* drop, then free the slot */
-/* Announce a point on the slot's stream (everything enqueued on it so far):
- * returns w (>= 0, done[slot] becomes w once it passed) or an error. */
-int64_t cudafd_board_want(cudafd_board *b, int slot);
-/* Forget the slot's unanswered want, if any: when it returns, no query of
- * the stream is in flight, and none is made before the next want. For a
- * caller whose last wait on the stream ended another way. */
-int cudafd_board_drop(cudafd_board *b, int slot);
-/* The board's counts: queries made, answers stored (points found passed),
- * thread starts, wakes of a parked or exited thread. */
-enum { CUDAFD_BOARD_QUERIES, CUDAFD_BOARD_ANSWERS, CUDAFD_BOARD_STARTS, CUDAFD_BOARD_WAKES, CUDAFD_BOARD_STAT_COUNT };
-int cudafd_board_stats(const cudafd_board *b, int64_t *out, int n);
 
 #ifdef __cplusplus
 }

@@ -87,24 +87,6 @@ def test_hostfunc_waits_past_the_drivers_limit_do_not_block_the_watch(dev):
         _complete_in_order(n, order)
 
 
-def test_blocking_waiters_past_the_limit_do_not_block_the_watch(dev):
-    streams = [dev.stream() for _ in range(40)]
-    # every wait goes to a blocking waiter once it outlasts the poller's spin, and up to 64 of them may run
-    with core_option(_lib.OPT_BLOCK_AFTER_NS, 0), core_option(_lib.OPT_MAX_THREADS, 64), cudafd.Notifier(
-        "event"
-    ) as n, _gate(dev, streams, 2 * GATE_S) as closed:
-        first, slow1 = _watch_all(n, streams, 1)
-        deadline = time.monotonic() + GATE_S  # the blocking waiters take the lanes as the poller hands them over
-        while cudafd.stats()["threads"] <= 16 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        stats = cudafd.stats()
-        assert stats["threads"] > 16, f"fewer blocking waiters than bridges: nothing was tested ({stats})"
-        more, slow2 = _watch_all(n, streams, 1)
-        assert max(slow1, slow2) < SLOW_WATCH_S, f"a watch blocked {max(slow1, slow2):.2f} s on the driver"
-        assert closed(), "the gate opened before the watches ended: nothing was tested"
-        _complete_in_order(n, first + more)
-
-
 def test_hostfunc_waits_put_off_and_then_detached_are_never_launched(dev):
     """Closing the notifier detaches the waits whose host function was put
     off: they are dropped unlaunched (the close also retires the side streams

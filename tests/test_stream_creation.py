@@ -49,33 +49,6 @@ def test_hostfunc_watches_make_no_stream_under_load(dev):
             _complete_in_order(n, order)
 
 
-def test_prepare_makes_the_bridges_before_the_load(dev):
-    """The event mechanism's blocking waiters bridge each lane they take
-    through a side stream; made as needed, under load. Notifier.prepare()
-    makes them, and the side streams, before: then blocking waiters take
-    lanes behind the gate, one stream short of the boundary, and no watch
-    blocks."""
-    streams = [dev.stream() for _ in range(40)]
-    with core_option(_lib.OPT_BLOCK_AFTER_NS, 0), cudafd.Notifier("event") as n:
-        n.prepare(streams[0])
-        made = cudafd.stats()["streams"]
-        assert made >= 32 + 16, f"prepare() made {made} streams: side streams and bridges expected"
-        n.prepare(streams[1])  # made already: nothing more
-        assert cudafd.stats()["streams"] == made
-        _pad_to_boundary(dev)
-        with _gate(dev, streams) as closed:
-            order, slow1 = _watch_all(n, streams, 1)
-            deadline = time.monotonic() + GATE_S / 2  # the blocking waiters take the lanes and bridge them
-            while cudafd.stats()["threads"] < 8 and time.monotonic() < deadline:
-                time.sleep(0.02)
-            more, slow2 = _watch_all(n, streams, 1)
-            assert cudafd.stats()["threads"] >= 8, f"too few blocking waiters: nothing was tested ({cudafd.stats()})"
-            assert max(slow1, slow2) < SLOW_WATCH_S, f"a watch blocked {max(slow1, slow2):.2f} s on a stream creation"
-            assert closed(), "the gate opened before the watches ended: nothing was tested"
-            assert cudafd.stats()["streams"] == made, "a bridge was made under load"
-            _complete_in_order(n, order + more)
-
-
 def test_prepare_refuses_what_it_cannot_prepare(dev, mechanism):
     s = dev.stream()
     n = cudafd.Notifier(mechanism)

@@ -10,20 +10,15 @@
 struct cfd_global g = {
     .mu = PTHREAD_MUTEX_INITIALIZER,
     .poller_tfd = -1,
-    .blocker_cv = PTHREAD_COND_INITIALIZER,
     .watchdog_cv = PTHREAD_COND_INITIALIZER,
     .fill_cv = PTHREAD_COND_INITIALIZER,
-    .spin_ns = 50 * 1000,
-    .linger_ns = 200 * 1000,
     .watchdog_ns = 10 * 1000 * 1000,
-    .max_threads = CFD_NOTIFY_MAX, /* more blockers than bridges would only nap */
-    .block_after_ns = 50 * 1000 * 1000,
-    .spin_budget = -1,
+    .max_lateness_ns = CUDAFD_MAX_LATENESS_DEFAULT_NS,
 };
 
 static const char *const stat_names[CUDAFD_STAT_COUNT] = {
     "threads", "events", "eventfds", "pending", "notifiers", "contexts", "streams",
-    "completed", "spun", "blocked", "faults", "direct", "paced", "wakes", "timed", "notifications",
+    "notifications", "completed", "faults", "queries", "wakes",
 };
 
 CFD_API const char *cudafd_stat_name(int index)
@@ -45,11 +40,8 @@ CFD_API int cudafd_stats(int64_t *out, int n)
 static int64_t *option_slot(int option)
 {
     switch (option) {
-    case CUDAFD_OPT_SPIN_NS: return &g.spin_ns;
-    case CUDAFD_OPT_MAX_THREADS: return &g.max_threads;
-    case CUDAFD_OPT_LINGER_NS: return &g.linger_ns;
     case CUDAFD_OPT_WATCHDOG_NS: return &g.watchdog_ns;
-    case CUDAFD_OPT_BLOCK_AFTER_NS: return &g.block_after_ns;
+    case CUDAFD_OPT_MAX_LATENESS_NS: return &g.max_lateness_ns;
     default: return NULL;
     }
 }
@@ -59,8 +51,8 @@ CFD_API int cudafd_set_option(int option, int64_t value)
     int64_t *slot = option_slot(option);
     if (!slot)
         return cfd_fail(CUDAFD_E_INVALID, "unknown option %d", option);
-    if (value < 0 || (option == CUDAFD_OPT_MAX_THREADS && (value < 1 || value > 1024)) ||
-        (option == CUDAFD_OPT_WATCHDOG_NS && value < 100000))
+    if ((option == CUDAFD_OPT_WATCHDOG_NS && (value < 100000 || value > CUDAFD_MAX_LATENESS_MAX_NS)) ||
+        (option == CUDAFD_OPT_MAX_LATENESS_NS && (value < CUDAFD_MAX_LATENESS_MIN_NS || value > CUDAFD_MAX_LATENESS_MAX_NS)))
         return cfd_fail(CUDAFD_E_INVALID, "value %lld out of range for option %d", (long long)value, option);
     pthread_mutex_lock(&g.mu);
     *slot = value;

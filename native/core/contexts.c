@@ -1,10 +1,7 @@
 /*
  * contexts.c - one record per CUDA context that cudafd has watched work in:
- * its pool of idle events and its two pools of side streams: one for waits
- * (hostfunc points, waits on a caller's event), one for the blocking
- * waiters' bridges, kept apart so that up to CFD_SIDE_MAX blocked waits
- * never take side streams that waits need (a shared pool ran out at 32 and
- * made a short wait share a stream behind a 2 s one).
+ * its pool of idle events and its pool of side streams (hostfunc points,
+ * waits on a caller's event).
  *
  * Stream creation can stall everything: on an H200, now and then (about
  * every 128th stream of a process) cuStreamCreate blocks until the device
@@ -15,8 +12,7 @@
  * it watches at once, so its first watch in a context makes all CFD_SIDE_MAX
  * side streams: at most one such stall, at the start, instead of at any later
  * watch under load (the scale figure's watch stalled for its whole 4.7 s
- * gate). Waits on a caller's event and the blocking waiters' bridges use few
- * and make theirs when needed: filling those pools at a first watch cost a
+ * gate). Waits on a caller's event use few and make theirs when needed: filling those pools at a first watch cost a
  * one-shot fence 32 stream creations, and as many chances of that stall. A
  * caller that wants none made under load makes them all before its work
  * starts (cudafd_prepare).
@@ -26,8 +22,7 @@
  * because the driver lets only about 56 blocking-sync records be pending on a
  * stream before the next one blocks the caller until the GPU catches up
  * (measured on an H200: bench/results/2026-11-30-h200-enqueue); plain ones
- * never did. A blocking waiter bridges to a blocking-sync event of its own
- * (waiters.c). An event goes
+ * never did. An event goes
  * back to its pool once its wait finished, so steady-state watches create
  * nothing. When no notifier is open, idle pools and side streams are retired
  * so that every count returns to zero.
@@ -114,7 +109,6 @@ static void retire(cfd_ctx *cx)
         cfd_event_destroy(cx->pool[i]);
     cx->npool = 0;
     retire_streams(&cx->side);
-    retire_streams(&cx->bridge);
 }
 
 void cfd_quiesce_locked(void)
@@ -132,7 +126,6 @@ void cfd_quiesce_locked(void)
             *link = cx->next;
             free(cx->pool);
             free(cx->side.keys);
-            free(cx->bridge.keys);
             free(cx);
             cfd_count(ST_CONTEXTS, -1);
         } else {

@@ -73,7 +73,6 @@ typedef struct cfd_ctx {
     CUevent *pool; /* free events, all CU_EVENT_DISABLE_TIMING (not blocking-sync: contexts.c) */
     int npool, cappool;
     cfd_side_pool side;   /* waits on side streams: hostfunc points, waits on a caller's event */
-    cfd_side_pool bridge; /* blocking waiters' bridges (waiters.c): apart, so they never crowd out waits */
     int nwaits;                      /* waits referring to this record */
     int64_t fault;                   /* the first sticky error seen in this context */
 } cfd_ctx;
@@ -100,8 +99,6 @@ void cfd_side_fill_locked(cfd_side_pool *p, int count);
 void cfd_event_destroy(CUevent ev);
 
 /* ---- waits and lanes (waits.c) ---- */
-enum { LANE_SPIN = 1, LANE_SLOW, LANE_BLOCKED, LANE_CALLER /* timed by the caller: timed.c */ };
-
 typedef struct cfd_wait {
     uint64_t token; /* slot | generation << 32; 0 when the slot is free */
     struct cudafd_notifier *n;   /* NULL once detached */
@@ -119,32 +116,25 @@ typedef struct cfd_wait {
     bool fired;          /* hostfunc: its host function ran; the watchdog confirms ev before success */
     int8_t side;         /* the side stream it holds (cfd_side_stream, cx->side), or -1 */
     uintptr_t side_key;  /* the key it holds it for */
-    int64_t t0;  /* when it was watched */
+    int64_t t0;     /* when it was watched */
+    int64_t budget; /* its notifier's max_lateness_ns at the watch */
 } cfd_wait;
 
+/* The waits of one stream in watch order (the poller asks only the head). */
 typedef struct cfd_lane {
     /* key */
     CUcontext ctx;
     uintptr_t stream;
     uint64_t thread; /* per-thread default stream: the recording thread; else 0 */
     uint8_t mech;
-    /* state */
-    struct cfd_lane *hnext; /* hash chain */
-    struct cfd_lane *lprev, *lnext; /* in the poller's list (SPIN or SLOW) */
-    struct cfd_lane *qnext;         /* in the blocker queue (SLOW) */
+    /* state (the poller's while active) */
+    struct cfd_lane *hnext;         /* hash chain */
+    struct cfd_lane *lprev, *lnext; /* in the poller's active list */
     cfd_wait *head, *tail;
-    int state;
-    bool polling;     /* the poller holds a snapshot of head */
-    bool queued;      /* in the blocker queue */
-    int64_t since;    /* when the current head became head, or (SPIN) the poller first saw it */
-    bool looked;      /* SPIN: the poller has seen this lane since it entered the spin list */
-    bool probe;       /* SPIN: spin for the whole spin_ns (a probe of whether waits got short) */
-    int64_t next_poll; /* SLOW: when the poller queries it next */
-    bool predicted;    /* SLOW: next_poll is this stream's predicted end (the poller spins briefly then) */
-    int64_t step;      /* SLOW: the last interval between paced queries; 0 before the first */
-    int64_t pred_end;  /* SLOW: the predicted end of its head; 0 if none */
-    bool halfway;      /* SLOW: next_poll is a probe halfway to pred_end */
-    bool hand_back;    /* CALLER: back to the poller once the check querying it is done */
+    bool active;       /* handed to the poller */
+    int64_t since;     /* when the current head became head */
+    int64_t next_poll; /* when the poller asks it next */
+    int64_t step;      /* the interval that planned next_poll (0: ask at once) */
 } cfd_lane;
 
 cfd_wait *cfd_wait_lookup(uint64_t token); /* g.mu held */
@@ -175,60 +165,22 @@ struct cudafd_notifier {
     cudafd_completion *q;
     size_t qhead, qlen, qcap;
     uint64_t seq; /* completions pushed (and closes): readable without a lock */
-    int clock;    /* the caller's timerfd for waits it times (cudafd_set_clock), or -1; g.mu */
-    int64_t clock_idle; /* armed this long after a check ended a wait (0: disarmed then); g.mu */
+    int64_t max_lateness; /* ns: how late its waits may be found (waiters.c); g.mu */
 };
 void cfd_notifier_push(struct cudafd_notifier *n, uint64_t token, int64_t status); /* g.mu held */
 
-/* ---- waiter threads (waiters.c, pacing.c, blockers.c, hostfunc.c) ---- */
-#define CFD_HEALTH_NS (20 * 1000 * 1000) /* faults are looked for at least this often */
-#ifndef CFD_PACE_SPIN_NS /* compile-time knobs like this one are for measuring alternatives (bench/README.md) */
-#define CFD_PACE_SPIN_NS (50 * 1000) /* the poller spins around a predicted end at most this long */
-#endif
-int cfd_lane_activate(cfd_lane *l); /* new non-empty lane: hand to the poller; g.mu held */
-void cfd_list_add(cfd_lane **list, cfd_lane *l); /* the poller's lists, via lprev/lnext; g.mu held */
-void cfd_list_del(cfd_lane **list, cfd_lane *l);
-void cfd_wake_poller(void);                       /* at once, if it sleeps; g.mu held */
-void cfd_poller_due_by(int64_t at);               /* if it sleeps past `at`, move its timer (no wake); g.mu held */
-void cfd_wake_poller_if_untimed(void);            /* g.mu held */
-bool cfd_offer_to_blockers(cfd_lane *l); /* queue a slow lane for a blocker; false if none will come; g.mu held */
-/* Pacing (g.mu held): plan a slow lane's next query (l->next_poll), and
- * learn from how long its head took. */
-void cfd_pace_first(cfd_lane *l, int64_t now);  /* it just became paced */
-void cfd_pace_missed(cfd_lane *l, int64_t now); /* a paced query found it running */
-void cfd_pace_found(cfd_lane *l, int64_t now, int64_t asked, bool first_round); /* found done */
-void cfd_pace_push(const cfd_lane *l, int64_t took); /* a wait of the lane's stream took this long */
-bool cfd_pace_known(const cfd_lane *l);              /* its stream has a history to predict from */
-int64_t cfd_pace_predict(const cfd_lane *l);         /* the predicted length of its next wait (0: unknown) */
-/* The next query after one that found the wait running: first_step after the
- * lane's first such query, then doubling, within [20 us, an eighth of the
- * time waited, CFD_HEALTH_NS] (l->step, l->next_poll). */
-void cfd_pace_backoff(cfd_lane *l, int64_t now, int64_t first_step);
-typedef struct { /* pace_caller.c: when a caller that times a stream's waits asks */
-    int64_t due;          /* from a wait's start (0: not yet known) */
-    unsigned since_probe; /* waits since the last probe */
-    int cut;              /* searching: each wait probed due/cut before due (0: not searching) */
-} cfd_caller_pace;
-cfd_caller_pace *cfd_pace_caller(const cfd_lane *l); /* the stream's (zeroed when its slot is new) */
-void cfd_caller_plan(cfd_lane *l, int64_t now);       /* a caller's lane got a new wait */
-void cfd_caller_missed(cfd_lane *l, int64_t now);     /* its check found it running */
-void cfd_caller_found(cfd_lane *l, int64_t now, int64_t asked); /* its check (asked then) found it over */
-/* Waits timed by their caller (timed.c), g.mu held: take a new lane if it
- * can be (its first query planned in l->next_poll); give one back to the
- * poller (or free it if empty); give back every one whose wait was detached. */
-bool cfd_caller_take(cfd_lane *l, int64_t now, int clock);
-int cfd_caller_release(cfd_lane *l);
-void cfd_caller_release_detached(void);
-/* The poller's look at them: those whose caller is long overdue go back to
- * it (*released); returns when the next one will be. */
-int64_t cfd_caller_overdue(int64_t now, bool *released);
-bool cfd_paced_long(const cfd_lane *l, int64_t now); /* paced for CUDAFD_OPT_BLOCK_AFTER_NS */
+/* ---- the poller (waiters.c) and the hostfunc watchdog (hostfunc.c) ---- */
+int cfd_lane_activate(cfd_lane *l); /* a lane that just got its first wait: the poller's now; g.mu held */
+void cfd_wake_poller(void);         /* at once, if it sleeps; g.mu held */
+/* How long after a query that found it running a wait of this age is asked
+ * again, given its budget (max_lateness, ns): waiters.c says why. */
+int64_t cfd_poll_interval(int64_t age, int64_t budget);
 int cfd_hostfunc_watch(struct cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream,
                        CUevent user_event, uint64_t *token);
 /* Host notifications: work the GPU must tell the host about when it gets
- * there (a record of a blocking-sync event, a host function). The driver
- * keeps only a few in flight per context: past them (17-24 bridges, 31-40
- * host functions behind a gate, on an H200: bench/scale_watch.py) the call
+ * there (a host function, a record of a blocking-sync event). The driver
+ * keeps only a few in flight per context: past them (31-40 host functions
+ * behind a gate, on an H200: bench/scale_watch.py) the call
  * that adds one blocks until the GPU retires one, and every other call into
  * the context waits behind it, the caller's event loop included. The core
  * keeps at most CFD_NOTIFY_MAX of its own in flight (g.mu held). */
@@ -240,25 +192,11 @@ void cfd_notify_put(void);  /* one came back */
 struct cfd_global {
     pthread_mutex_t mu;
     /* options */
-    int64_t spin_ns, linger_ns, watchdog_ns, max_threads, block_after_ns;
+    int64_t watchdog_ns, max_lateness_ns;
     /* poller */
-    int poller_tfd;                  /* the timerfd it sleeps on while it runs (counted as an eventfd) */
+    int poller_tfd;        /* the timerfd it sleeps on while it runs (counted as an eventfd) */
     bool poller_running, poller_sleeping;
-    bool poller_timed;               /* sleeping with a deadline at most HEALTH_NS away */
-    int64_t poller_wake_at;          /* while sleeping: when its timer fires (INT64_MAX: never, 0: at once) */
-    int64_t wake_late;               /* how late its timed wakes come, on average (paced queries allow for it) */
-    int64_t spin_budget;             /* adaptive, at most spin_ns (waiters.c); -1: not set yet */
-    unsigned direct_probe;           /* counts direct handoffs: every 16th spins instead */
-    cfd_lane *spin_list, *slow_list; /* doubly linked via lprev/lnext */
-    cfd_lane *blocked_list;          /* lanes a blocking waiter holds, same links */
-    cfd_lane *caller_list;           /* lanes their caller times (timed.c), same links */
-    atomic_int nspin;                /* lanes in spin_list, read without g.mu */
-    atomic_uint activity;            /* bumped when a lane becomes active */
-    /* blockers */
-    pthread_cond_t blocker_cv;
-    cfd_lane *bq_head, *bq_tail;
-    int nblockers, idle_blockers;
-    int nqueued; /* lanes in the blocker queue (stale ones too, until a blocker drops them) */
+    int64_t poller_wake_at; /* while sleeping: when its timer fires (INT64_MAX: never) */
     /* hostfunc */
     pthread_cond_t watchdog_cv;
     pthread_cond_t fill_cv; /* a side-stream pool finished filling */
@@ -279,7 +217,7 @@ extern struct cfd_global g;
 
 enum {
     ST_THREADS, ST_EVENTS, ST_EVENTFDS, ST_PENDING, ST_NOTIFIERS, ST_CONTEXTS, ST_STREAMS,
-    ST_COMPLETED, ST_SPUN, ST_BLOCKED, ST_FAULTS, ST_DIRECT, ST_PACED, ST_WAKES, ST_TIMED, ST_NOTIFY
+    ST_NOTIFY, ST_COMPLETED, ST_FAULTS, ST_QUERIES, ST_WAKES
 };
 
 static inline void cfd_count(int index, int64_t delta)

@@ -51,10 +51,9 @@ CFD_API int cudafd_notifier_create(int mechanism, cudafd_notifier **out)
         return cfd_fail(CUDAFD_E_SYS, "eventfd: %s", strerror(err));
     }
     n->mech = mechanism;
-    n->clock = -1;
-    n->clock_idle = 0;
     pthread_mutex_init(&n->mu, NULL);
     pthread_mutex_lock(&g.mu);
+    n->max_lateness = g.max_lateness_ns;
     g.nopen++;
     pthread_mutex_unlock(&g.mu);
     cfd_count(ST_EVENTFDS, 1);
@@ -64,6 +63,19 @@ CFD_API int cudafd_notifier_create(int mechanism, cudafd_notifier **out)
 }
 
 CFD_API int cudafd_notifier_fd(const cudafd_notifier *n) { return n ? n->fd : -1; }
+
+CFD_API int cudafd_notifier_set_max_lateness(cudafd_notifier *n, int64_t ns)
+{
+    if (!n)
+        return cfd_fail(CUDAFD_E_INVALID, "notifier is NULL");
+    if (ns < CUDAFD_MAX_LATENESS_MIN_NS || ns > CUDAFD_MAX_LATENESS_MAX_NS)
+        return cfd_fail(CUDAFD_E_INVALID, "max_lateness %lld ns is outside [%lld, %lld]", (long long)ns,
+                        (long long)CUDAFD_MAX_LATENESS_MIN_NS, (long long)CUDAFD_MAX_LATENESS_MAX_NS);
+    pthread_mutex_lock(&g.mu);
+    n->max_lateness = ns;
+    pthread_mutex_unlock(&g.mu);
+    return CUDAFD_OK;
+}
 
 CFD_API const uint64_t *cudafd_notifier_seq(const cudafd_notifier *n) { return n ? &n->seq : NULL; }
 
@@ -137,7 +149,6 @@ CFD_API int cudafd_notifier_close(cudafd_notifier *n)
     pthread_mutex_lock(&g.mu);
     if (!n->closed) {
         cfd_detach_all(n);
-        cfd_caller_release_detached();
         pthread_mutex_lock(&n->mu);
         __atomic_store_n(&n->closed, true, __ATOMIC_RELEASE);
         bool was_quiet = n->qlen == 0;
@@ -150,7 +161,6 @@ CFD_API int cudafd_notifier_close(cudafd_notifier *n)
         cfd_quiesce_locked();
         /* Waiter threads notice nopen == 0 and leave once idle. */
         cfd_wake_poller();
-        pthread_cond_broadcast(&g.blocker_cv);
         pthread_cond_broadcast(&g.watchdog_cv);
     }
     pthread_mutex_unlock(&g.mu);

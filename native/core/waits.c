@@ -174,7 +174,6 @@ static void fault_sweep(cfd_ctx *cx, int64_t status)
     for (cfd_wait *w = g.hf_pending; w; w = w->next)
         if (w->cx == cx)
             deliver(w, status);
-    cfd_caller_release_detached(); /* their callers' checks would never come */
 }
 
 void cfd_note_fault(cfd_ctx *cx, int64_t status)
@@ -239,8 +238,7 @@ void cfd_lane_free(cfd_lane *l)
     free(l);
 }
 
-/* Complete the head of a lane. The lane's owner (poller or blocker) calls this;
- * an emptied lane is freed here unless it is still linked somewhere. */
+/* Complete the head of a lane (the poller, its owner, calls this). */
 void cfd_lane_pop(cfd_lane *l, int64_t status)
 {
     cfd_wait *w = l->head;
@@ -265,6 +263,7 @@ cfd_wait *cfd_wait_new(cudafd_notifier *n, cfd_ctx *cx, CUevent ev)
     w->mech = (uint8_t)n->mech;
     w->side = -1;
     w->t0 = cfd_now_ns();
+    w->budget = n->max_lateness;
     attach(n, w);
     return w;
 }

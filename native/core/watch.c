@@ -85,7 +85,7 @@ static uint64_t this_thread(void) { return (uint64_t)syscall(SYS_gettid); }
  * `side` (>= 0): the side stream held for `side_key`, which the wait takes
  * over; on failure it is released here. */
 static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t thread, CUevent ev,
-                   int side, uintptr_t side_key, uint64_t *token, int64_t *due)
+                   int side, uintptr_t side_key, uint64_t *token)
 {
     pthread_mutex_lock(&g.mu);
     int rc = CUDAFD_OK;
@@ -109,21 +109,15 @@ static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t t
         else
             l->head = w;
         l->tail = w;
-        if (was_empty)
-            l->since = w->t0;
-        if (was_empty && !l->state && due && cfd_caller_take(l, w->t0, n->clock)) {
-            *due = l->next_poll; /* the caller times it (timed.c) */
-        } else if (was_empty && !l->state && (rc = cfd_lane_activate(l)) != CUDAFD_OK) {
+        if (was_empty && !l->active && (rc = cfd_lane_activate(l)) != CUDAFD_OK) {
             l->head = l->tail = NULL;
             cfd_wait_discard(w);
             w = NULL;
-        } else if (!was_empty && l->state == LANE_CALLER) {
-            rc = cfd_caller_release(l); /* two waits: the lane's order is the poller's to keep */
         }
     } else if (!w) {
         cfd_ctx_give_event(cx, ev);
     }
-    if (rc != CUDAFD_OK && l && !l->head && !l->state && !l->queued)
+    if (rc != CUDAFD_OK && l && !l->head && !l->active)
         cfd_lane_free(l);
     if (rc == CUDAFD_OK) {
         *token = w->token;
@@ -170,7 +164,7 @@ static int enter_stream_ctx(cudafd_notifier *n, uintptr_t stream, CUcontext *ctx
     return cfd_enter_ctx(*ctx, pushed);
 }
 
-static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, int64_t *due)
+static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token)
 {
     int rc = check_notifier(n);
     if (rc != CUDAFD_OK)
@@ -195,7 +189,7 @@ static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, i
         CUevent ev = NULL;
         rc = cfd_record(cx, (CUstream)stream, taken, &ev);
         if (rc == CUDAFD_OK) {
-            rc = enqueue(n, cx, stream == 1 ? 0 : stream, thread, ev, -1, 0, token, due);
+            rc = enqueue(n, cx, stream == 1 ? 0 : stream, thread, ev, -1, 0, token);
             if (rc == CUDAFD_OK) { /* the common path: two critical sections in all */
                 cfd_leave_ctx(pushed);
                 return rc;
@@ -226,8 +220,6 @@ CFD_API int cudafd_prepare(cudafd_notifier *n, uintptr_t stream)
         pthread_mutex_lock(&g.mu); /* the record is held: it outlives the unlocked fills */
         if (!cx->side.filled || cx->side.filling)
             cfd_side_fill_locked(&cx->side, CFD_SIDE_MAX);
-        if (n->mech == CUDAFD_MECH_EVENT && (!cx->bridge.filled || cx->bridge.filling)) /* a bridge per blocking waiter */
-            cfd_side_fill_locked(&cx->bridge, (int)g.max_threads);
         pthread_mutex_unlock(&g.mu);
     }
     cfd_leave_ctx(pushed);
@@ -239,15 +231,7 @@ CFD_API int cudafd_prepare(cudafd_notifier *n, uintptr_t stream)
 
 CFD_API int cudafd_watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token)
 {
-    return watch_stream(n, stream, token, NULL);
-}
-
-CFD_API int cudafd_watch_stream_timed(cudafd_notifier *n, uintptr_t stream, uint64_t *token, int64_t *due_ns)
-{
-    if (!due_ns)
-        return cfd_fail(CUDAFD_E_INVALID, "due_ns is NULL");
-    *due_ns = 0;
-    return watch_stream(n, stream, token, due_ns);
+    return watch_stream(n, stream, token);
 }
 
 CFD_API int cudafd_watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token)
@@ -282,7 +266,7 @@ CFD_API int cudafd_watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *to
     } else {
         /* A side stream waits for the caller's event, then records one of our
          * events: the caller's event may be recorded again or destroyed as
-         * soon as this returns, and a blocking waiter needs its own record. */
+         * soon as this returns. */
         CUstream side = NULL;
         CUevent ev = NULL;
         int side_index = -1;
@@ -292,7 +276,7 @@ CFD_API int cudafd_watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *to
         if (rc == CUDAFD_OK)
             rc = cfd_record(cx, side, NULL, &ev);
         if (rc == CUDAFD_OK) { /* enqueue takes over the side stream, even when it fails */
-            if ((rc = enqueue(n, cx, (uintptr_t)side, 0, ev, side_index, event, token, NULL)) == CUDAFD_OK)
+            if ((rc = enqueue(n, cx, (uintptr_t)side, 0, ev, side_index, event, token)) == CUDAFD_OK)
                 return rc; /* enqueue dropped the record's hold too */
         } else if (side_index >= 0) {
             pthread_mutex_lock(&g.mu);
@@ -327,11 +311,8 @@ CFD_API int cudafd_cancel(cudafd_notifier *n, uint64_t token)
     if (!w || w->n != n)
         rc = cfd_fail(CUDAFD_E_UNKNOWN_TOKEN, "token %llu is not pending on this notifier",
                       (unsigned long long)token);
-    else {
-        cfd_wait_detach(w);
-        if (w->lane && w->lane->state == LANE_CALLER)
-            rc = cfd_caller_release(w->lane); /* the poller sees the detached wait through */
-    }
+    else
+        cfd_wait_detach(w); /* the poller sees it through: the GPU work goes on */
     pthread_mutex_unlock(&g.mu);
     return rc;
 }

@@ -9,11 +9,9 @@
  * contexts for every mechanism; waits from several threads at once; a
  * cancellation storm; a fault with many pending waiters; close with pending
  * waits; hostfunc waits past the host-notification budget (launched later
- * by the watchdog: the cancel, close and fault cases hold hundreds) and more
- * blocking waiters than bridges; waits timed by their caller
- * (stress_timed.c); the answer board
- * (stress_board.c); bad input; every
- * live count back to zero at the end.
+ * by the watchdog: the cancel, close and fault cases hold hundreds); the
+ * smallest and a large max_lateness; bad input; every live count back to
+ * zero at the end.
  */
 #include <dlfcn.h>
 #include <poll.h>
@@ -397,7 +395,11 @@ static void test_bad_input(CUcontext ctx)
     CUstream s = new_stream(ctx);
     sim_stream_destroy(s);
     CHECK(cudafd_watch_stream(n, (uintptr_t)s, &t) == CUDAFD_E_CUDA, "destroyed stream");
-    CHECK(cudafd_set_option(CUDAFD_OPT_MAX_THREADS, 0) == CUDAFD_E_INVALID, "bad option value");
+    CHECK(cudafd_set_option(CUDAFD_OPT_MAX_LATENESS_NS, 0) == CUDAFD_E_INVALID, "bad option value");
+    CHECK(cudafd_set_option(CUDAFD_OPT_MAX_LATENESS_NS, CUDAFD_MAX_LATENESS_MAX_NS + 1) == CUDAFD_E_INVALID,
+          "option value too large");
+    CHECK(cudafd_notifier_set_max_lateness(n, -5) == CUDAFD_E_INVALID, "bad max_lateness");
+    CHECK(cudafd_notifier_set_max_lateness(NULL, 1000000) == CUDAFD_E_INVALID, "max_lateness of NULL");
     CHECK(cudafd_set_option(99, 1) == CUDAFD_E_INVALID, "bad option");
     CHECK(cudafd_set_driver("/elsewhere/libcuda.so.1") == CUDAFD_E_STATE, "driver change after load");
     CHECK(strcmp(cudafd_cuda_error_name(700), "CUDA_ERROR_ILLEGAL_ADDRESS") == 0, "error name");
@@ -410,22 +412,17 @@ static void check_counts_zero(void)
     double deadline = now_s() + 10.0;
     for (;;) {
         cudafd_stats(st, CUDAFD_STAT_COUNT);
-        int live = st[15] != 0; /* host notifications in flight */
-        for (int i = 0; i <= 6; i++)
+        int live = 0;
+        for (int i = 0; i <= 7; i++) /* the live counts */
             live += st[i] != 0;
         if (!live || now_s() > deadline)
             break;
         usleep(10000);
     }
-    for (int i = 0; i <= 6; i++)
+    for (int i = 0; i <= 7; i++)
         CHECK(st[i] == 0, "%s = %lld at the end", cudafd_stat_name(i), (long long)st[i]);
-    CHECK(st[15] == 0, "%s = %lld at the end", cudafd_stat_name(15), (long long)st[15]);
-    CHECK(st[9] > 0, "no wait reached a blocking waiter");
-    CHECK(st[14] > 0, "no wait was timed by its caller");
-    printf("stress: completed %lld (spun %lld of which paced %lld, blocked %lld, direct %lld, faults %lld, "
-           "timed %lld)\n",
-           (long long)st[7], (long long)st[8], (long long)st[12], (long long)st[9], (long long)st[11],
-           (long long)st[10], (long long)st[14]);
+    printf("stress: completed %lld (faults %lld), poller queries %lld, wakes %lld\n", (long long)st[8],
+           (long long)st[9], (long long)st[10], (long long)st[11]);
 }
 
 int main(void)
@@ -450,25 +447,17 @@ int main(void)
         test_fault(mechs[m]);
         test_fault_after_idle(mechs[m]);
     }
-    test_timed_all(a);
-    test_board_all(a);
-    /* blocking waiters take every wait that outlasts the spin (their bridge
-     * events, side streams and threads under load), then few of them: lanes
-     * beyond the cap stay paced, nothing stalls */
-    cudafd_set_option(CUDAFD_OPT_BLOCK_AFTER_NS, 0);
-    test_ordering(CUDAFD_MECH_EVENT, a, b);
-    test_threads(CUDAFD_MECH_EVENT, a);
-    test_cancel(CUDAFD_MECH_EVENT, a);
-    test_fault(CUDAFD_MECH_EVENT);
-    /* more blocking waiters than bridges (CFD_NOTIFY_MAX): the rest query their lanes */
-    cudafd_set_option(CUDAFD_OPT_MAX_THREADS, 64);
-    test_ordering(CUDAFD_MECH_EVENT, a, b);
-    test_cancel(CUDAFD_MECH_EVENT, a);
-    test_fault(CUDAFD_MECH_EVENT);
-    cudafd_set_option(CUDAFD_OPT_MAX_THREADS, 1);
-    test_ordering(CUDAFD_MECH_EVENT, a, b);
-    cudafd_set_option(CUDAFD_OPT_MAX_THREADS, 8);
-    cudafd_set_option(CUDAFD_OPT_BLOCK_AFTER_NS, 50 * 1000 * 1000);
+    /* the poller at its most eager (every wait asked about every microsecond)
+     * and at a lazy budget (faults still surface, nothing stalls) */
+    const int64_t budgets[] = {CUDAFD_MAX_LATENESS_MIN_NS, 20 * 1000 * 1000};
+    for (int i = 0; i < 2; i++) {
+        CHECK(cudafd_set_option(CUDAFD_OPT_MAX_LATENESS_NS, budgets[i]) == CUDAFD_OK, "max_lateness option");
+        test_ordering(CUDAFD_MECH_EVENT, a, b);
+        test_threads(CUDAFD_MECH_EVENT, a);
+        test_cancel(CUDAFD_MECH_EVENT, a);
+        test_fault(CUDAFD_MECH_EVENT);
+    }
+    cudafd_set_option(CUDAFD_OPT_MAX_LATENESS_NS, CUDAFD_MAX_LATENESS_DEFAULT_NS);
     sim_ctx_destroy(a);
     sim_ctx_destroy(b);
     check_counts_zero();

@@ -1,5 +1,5 @@
 /*
- * stress.h - what the stress test's files share (stress.c, stress_timed.c):
+ * stress.h - what the stress test's files share (stress.c):
  * the check counter, the simulator's entry points and a few helpers.
  */
 #ifndef CUDAFD_STRESS_H
@@ -36,7 +36,5 @@ double now_s(void);                 /* CLOCK_MONOTONIC seconds */
 /* Wait on the fd and drain until `want` completions arrived or timeout. */
 int collect(cudafd_notifier *n, cudafd_completion *got, int want, double timeout);
 
-void test_timed_all(CUcontext ctx); /* stress_timed.c: waits timed by their caller */
-void test_board_all(CUcontext ctx); /* stress_board.c: the answer board */
 
 #endif

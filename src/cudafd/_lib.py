@@ -7,7 +7,7 @@ Loading (ctypes only, no Python C-API, so one build serves every Python 3):
   ``make -C native`` put it), then the plain soname ``libcudafd.so`` (the
   dynamic linker's search path, for system-wide installs).
 
-The library must report ``cudafd_abi_version() == 1``. Every function of
+The library must report ``cudafd_abi_version() == ABI_VERSION``. Every function of
 ``include/cudafd.h`` gets its argtypes/restype declared here, so callers never
 pass a Python int where a pointer is expected. A failure raises
 :class:`LibraryError` listing every path tried, why each failed, and what to do.
@@ -44,7 +44,7 @@ __all__ = [
     "raise_for",
 ]
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 LIBRARY_NAME = "libcudafd.so"
 SIM_LIBRARY_NAME = "libcudafd_sim.so"
 DEFAULT_DRIVER = "libcuda.so.1"
@@ -54,14 +54,14 @@ MECH_EVENT = 0
 MECH_HOSTFUNC = 1
 MECH_SPIN = 2
 NATIVE_MECHANISMS = {"event": MECH_EVENT, "hostfunc": MECH_HOSTFUNC, "spin": MECH_SPIN}
-STAT_COUNT = 16
+STAT_COUNT = 12
 
-# Options (CUDAFD_OPT_*).
-OPT_SPIN_NS = 0
-OPT_MAX_THREADS = 1
-OPT_LINGER_NS = 2
-OPT_WATCHDOG_NS = 3
-OPT_BLOCK_AFTER_NS = 4
+# Options (CUDAFD_OPT_*) and the bounds of max_lateness (CUDAFD_MAX_LATENESS_*).
+OPT_WATCHDOG_NS = 0
+OPT_MAX_LATENESS_NS = 1
+MAX_LATENESS_DEFAULT_NS = 200_000
+MAX_LATENESS_MIN_NS = 1_000
+MAX_LATENESS_MAX_NS = 10_000_000_000
 
 
 class Completion(ctypes.Structure):
@@ -86,14 +86,12 @@ _PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "cudafd_mechanism_available": (c_int, [c_int]),
     "cudafd_notifier_create": (c_int, [c_int, POINTER(c_void_p)]),
     "cudafd_notifier_fd": (c_int, [c_void_p]),
+    "cudafd_notifier_set_max_lateness": (c_int, [c_void_p, c_int64]),
     "cudafd_notifier_seq": (c_void_p, [c_void_p]),
     "cudafd_prepare": (c_int, [c_void_p, c_size_t]),
     "cudafd_watch_stream": (c_int, [c_void_p, c_size_t, POINTER(c_uint64)]),
     "cudafd_watch_event": (c_int, [c_void_p, c_size_t, POINTER(c_uint64)]),
     "cudafd_cancel": (c_int, [c_void_p, c_uint64]),
-    "cudafd_watch_stream_timed": (c_int, [c_void_p, c_size_t, POINTER(c_uint64), POINTER(c_int64)]),
-    "cudafd_check": (c_int, [c_void_p, c_uint64, POINTER(c_int64), POINTER(c_int64)]),
-    "cudafd_set_clock": (c_int, [c_void_p, c_int, c_int64]),
     "cudafd_stream_done": (c_int, [c_size_t]),
     "cudafd_event_done": (c_int, [c_size_t]),
     "cudafd_drain": (c_int, [c_void_p, POINTER(Completion), c_int]),
@@ -102,14 +100,6 @@ _PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "cudafd_notifier_destroy": (None, [c_void_p]),
     "cudafd_stat_name": (c_char_p, [c_int]),
     "cudafd_stats": (c_int, [POINTER(c_int64), c_int]),
-    "cudafd_board_create": (c_int, [c_int, POINTER(c_void_p)]),
-    "cudafd_board_destroy": (None, [c_void_p]),
-    "cudafd_board_words": (c_int, [c_void_p, POINTER(c_void_p), POINTER(c_void_p)]),
-    "cudafd_board_bind": (c_int, [c_void_p, c_size_t]),
-    "cudafd_board_unbind": (c_int, [c_void_p, c_int]),
-    "cudafd_board_want": (c_int64, [c_void_p, c_int]),
-    "cudafd_board_drop": (c_int, [c_void_p, c_int]),
-    "cudafd_board_stats": (c_int, [c_void_p, POINTER(c_int64), c_int]),
 }
 
 _lock = threading.RLock()

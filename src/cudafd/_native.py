@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-from ctypes import byref, c_int64, c_uint64, c_void_p
+from ctypes import byref, c_uint64, c_void_p
 
 from . import _lib
 from ._errors import E_CLOSED, E_UNKNOWN_TOKEN
@@ -29,7 +29,7 @@ class NativeBackend:
 
     needs_polling = False
 
-    def __init__(self, lib: ctypes.CDLL, mechanism: str) -> None:
+    def __init__(self, lib: ctypes.CDLL, mechanism: str, max_lateness_ns: int | None = None) -> None:
         self._ptr: c_void_p | None = None
         self._lib = lib
         self.mechanism = mechanism
@@ -38,9 +38,11 @@ class NativeBackend:
         _lib.raise_for(lib, rc, f"creating a notifier (mechanism {mechanism!r})")
         self._ptr = ptr
         self._fd: int = lib.cudafd_notifier_fd(ptr)
-        # Completions queued so far, readable without a call or a lock (valid
-        # until the notifier is destroyed; read only while the Notifier is open).
-        self.seq = c_uint64.from_address(lib.cudafd_notifier_seq(ptr))
+        if max_lateness_ns is not None:
+            rc = lib.cudafd_notifier_set_max_lateness(ptr, max_lateness_ns)
+            if rc:
+                self.destroy()
+                _lib.raise_for(lib, rc, "setting max_lateness")
         self._token = c_uint64()
         self._token_ref = ctypes.pointer(self._token)
         raw = bytearray(BATCH * ctypes.sizeof(_lib.Completion))
@@ -52,12 +54,6 @@ class NativeBackend:
         self._c_watch_event = lib.cudafd_watch_event
         self._c_drain = lib.cudafd_drain
         self._c_cancel = lib.cudafd_cancel
-        self._c_watch_timed = lib.cudafd_watch_stream_timed
-        self._c_check = lib.cudafd_check
-        self._status = c_int64()
-        self._due = c_int64()
-        self._status_ref = ctypes.pointer(self._status)
-        self._due_ref = ctypes.pointer(self._due)
         self.stream_done = lib.cudafd_stream_done  # ctypes returns 0/1: a bool in all but type
         self.event_done = lib.cudafd_event_done
 
@@ -74,31 +70,6 @@ class NativeBackend:
         if rc:
             _lib.raise_for(self._lib, rc, "watching the stream")
         return self._token.value
-
-    def watch_stream_timed(self, handle: int) -> tuple[int, int]:
-        """(token, due_ns): due_ns > 0 when the caller times the wait (check() then), else 0."""
-        rc = self._c_watch_timed(self._ptr, handle, self._token_ref, self._due_ref)
-        if rc:
-            _lib.raise_for(self._lib, rc, "watching the stream")
-        return self._token.value, self._due.value
-
-    def check(self, token: int) -> tuple[int, int]:
-        """(status, due_ns) of a timed wait: due_ns 0 once finished (with its status),
-        > 0 to ask again then, -1 once the core reports it through the fd."""
-        rc = self._c_check(self._ptr, token, self._status_ref, self._due_ref)
-        if rc == E_UNKNOWN_TOKEN:
-            return 0, -1
-        if rc:
-            _lib.raise_for(self._lib, rc, "checking a wait")
-        return self._status.value, self._due.value
-
-    def set_clock(self, fd: int, idle_ns: int = 0) -> None:
-        """Have the core arm timerfd ``fd`` at each due it hands out, and disarm it
-        when a check ends the wait, or arm it ``idle_ns`` later (cudafd_set_clock);
-        -1 stops it."""
-        rc = self._lib.cudafd_set_clock(self._ptr, fd, idle_ns)
-        if rc:
-            _lib.raise_for(self._lib, rc, "setting the clock")
 
     def watch_event(self, handle: int, ctx: int) -> int:
         if ctx:

@@ -21,6 +21,21 @@ reported as a CudaError for that token. Never a hang.
 
 Cancellation: cancel(token) detaches the wait; the GPU work is not cancelled.
 
+Timing (event mechanism): a wait is found at most ``max_lateness`` seconds
+after its work ended, plus the time the machine takes to wake a thread
+(include/cudafd.h, native/core/waiters.c). Per Notifier, or for the process
+with $CUDAFD_MAX_LATENESS.
+
+The loop adapters' protocol (cudafd/_aio.py, cudafd/_trio.py): an adapter
+claims the Notifier for its loop (``_claim``: one loop or trio run at a
+time while it has waits), watches with ``_adapter_watch`` and collects its
+own completions with ``_adapter_drain``; ``drain()`` returns only the
+tokens of ``watch()``. Each kind of drain keeps the other's completions for
+it and makes the fd readable again, so ``watch()``/``drain()`` and
+``await n.wait()`` can share one Notifier (a program that polls the fd
+itself must not also register it on the loop the adapter uses). An adapter
+holds the fd open while it has it registered (``_hold_fd``/``_unhold_fd``).
+
 Lifetime: close() (idempotent, any thread) detaches every pending wait and
 makes the fd readable; the next drain() returns each token that was pending at
 close with a ClosedError, later drains return []. The fd itself is released
@@ -35,12 +50,13 @@ from __future__ import annotations
 import os
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from . import _lib
 from ._backend import Backend
-from ._errors import ClosedError, CudaError, LibraryError
+from ._errors import ClosedError, CudaError, CudafdError, LibraryError
 from ._targets import Target, resolve
 
 __all__ = ["Notifier", "MECHANISMS", "default_mechanism"]
@@ -61,7 +77,7 @@ def _check_mechanism(name: object) -> str:
     return name.strip().lower()
 
 
-def _make_backend(mechanism: str) -> tuple[str, Backend]:
+def _make_backend(mechanism: str, max_lateness_ns: int | None) -> tuple[str, Backend]:
     if mechanism != "poll":
         try:
             lib = _lib.load()
@@ -76,7 +92,7 @@ def _make_backend(mechanism: str) -> tuple[str, Backend]:
         else:
             from ._native import NativeBackend
 
-            return mechanism, NativeBackend(lib, mechanism)
+            return mechanism, NativeBackend(lib, mechanism, max_lateness_ns)
     from ._poll import PollBackend
 
     return "poll", PollBackend()
@@ -94,6 +110,26 @@ def _load_async_wait() -> Callable[..., Coroutine[Any, Any, None]]:
     return wait
 
 
+def _max_lateness_ns(value: object) -> int | None:
+    """max_lateness (seconds) as ns for the core, from the argument or $CUDAFD_MAX_LATENESS."""
+    where = "max_lateness"
+    if value is None:
+        raw = os.environ.get("CUDAFD_MAX_LATENESS", "").strip()
+        if not raw:
+            return None
+        where = "$CUDAFD_MAX_LATENESS"
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ValueError(f"{where}={raw!r} is not a number of seconds (e.g. 0.0002)") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{where} is a number of seconds, not {type(value).__qualname__}")
+    low, high = _lib.MAX_LATENESS_MIN_NS / 1e9, _lib.MAX_LATENESS_MAX_NS / 1e9
+    if not (low <= value <= high):  # (NaN fails too)
+        raise ValueError(f"{where}={value!r} s is outside [{low:g}, {high:g}] s")
+    return max(_lib.MAX_LATENESS_MIN_NS, min(_lib.MAX_LATENESS_MAX_NS, round(value * 1e9)))
+
+
 def _wait_error(status: int) -> CudaError | None:
     """What a finished wait with this status raises (None: it succeeded)."""
     return None if status == 0 else CudaError(status, where="the awaited GPU work")
@@ -107,33 +143,43 @@ class Notifier:
     load, "poll" is used instead, with a RuntimeWarning saying why. Raises
     ValueError for an unknown mechanism and CudafdError when the mechanism
     cannot be used here (see ``python -m cudafd doctor``).
+
+    ``max_lateness`` (seconds; default $CUDAFD_MAX_LATENESS, else 200 µs):
+    with the "event" mechanism a wait is found at most this long after its
+    work ended, plus the machine's thread wake-up time; a long wait then
+    costs about 1/max_lateness poller wake-ups per second. Faults surface
+    within it too. Between 1 µs and 10 s; ValueError otherwise.
     """
 
     mechanism: str
     needs_polling: bool
+    max_lateness: float
 
-    def __init__(self, mechanism: str | None = None) -> None:
+    def __init__(self, mechanism: str | None = None, *, max_lateness: float | None = None) -> None:
         self._closed = True  # first: a half-built object is safe to collect
         self._released = True
         self._backend: Backend | None = None
         name = _check_mechanism(mechanism if mechanism is not None else default_mechanism())
+        lateness_ns = _max_lateness_ns(max_lateness)
+        self.max_lateness = (lateness_ns if lateness_ns is not None else _lib.MAX_LATENESS_DEFAULT_NS) / 1e9
         self._lock = threading.Lock()
-        self.mechanism, self._backend = _make_backend(name)
+        self.mechanism, self._backend = _make_backend(name, lateness_ns)
         self.needs_polling = self._backend.needs_polling
         self._fd = self._backend.fileno()
         self._pending: dict[int, object] = {}  # token -> object kept alive for it
         self._dropped: set[int] = set()  # cancelled after completing: never reported
         self._ready: list[int] = []  # complete on arrival, not yet drained
+        self._adapter_tokens: set[int] = set()  # pending tokens of _adapter_watch
+        self._kept: list[tuple[int, BaseException | None]] = []  # drained by one side, for drain()
+        self._kept_adapter: list[tuple[int, BaseException | None]] = []  # ... for _adapter_drain()
+        self._owner: Callable[[], object | None] | None = None  # the loop adapter's claim (a weakref)
         self._signalled = False  # we wrote the fd for them: the next drain must clear it
         self._next_done = _DONE_TOKEN_BASE
         self._closed_batch: list[tuple[int, BaseException | None]] = []
         self._fd_holds = 0
         self._close_hooks: list[Callable[[], None]] = []
-        self._clock_fd = -1  # the timerfd the core arms for timed waits (_set_clock)
         self._stream_done = self._backend.stream_done  # for _done_now, looked up once
         self._event_done = self._backend.event_done
-        timed = getattr(self._backend, "watch_stream_timed", None)  # only the native event mechanism's
-        self._timed_watch = timed if self.mechanism == "event" else None
         self._released = False
         self._closed = False
 
@@ -155,7 +201,7 @@ class Notifier:
         the driver refuses (a dead handle, a context that already faulted),
         ClosedError after close().
         """
-        return self._watch(resolve(target), False)
+        return self._watch(resolve(target))
 
     def prepare(self, stream: object) -> None:
         """Make now every stream this Notifier's waits in ``stream``'s context
@@ -176,18 +222,38 @@ class Notifier:
                 raise ClosedError("prepare() on a closed Notifier")
             self._backend.prepare(t.handle)  # type: ignore[union-attr]
 
-    # ---- for loop adapters: a lone wait may skip what is already over ----
+    # ---- the loop adapters' protocol (module docstring) ----
 
-    def _watch(self, t: Target, unless_done: bool) -> int:
-        """watch() of a resolved target; with ``unless_done``, 0 instead (and
-        no wait) when the target already finished without error: one driver
-        query, no event. Adapters use it for a lone wait (resume order is not
-        at stake then)."""
+    def _claim(self, owner: object, busy: Callable[[object], bool]) -> None:
+        """Make ``owner`` (an adapter's per-loop object) the one that waits on
+        this Notifier. Raises CudafdError while another owner, for which
+        ``busy(other)`` is true, still has waits: its drains would take the
+        new one's completions."""
+        ref = self._owner
+        current = ref() if ref is not None else None
+        if current is owner:
+            return
+        if current is not None and busy(current):
+            raise CudafdError(
+                "this Notifier is already waited on by another event loop or trio run; use one "
+                "Notifier per loop (cudafd.wait() without notifier= does that)"
+            )
+        self._owner = weakref.ref(owner)
+
+    def _adapter_watch(self, t: Target) -> int:
+        """watch() for a loop adapter: its completion comes from _adapter_drain()."""
+        token = self._watch(t)
+        self._adapter_tokens.add(token)
+        return token
+
+    def _adapter_drain(self) -> list[tuple[int, BaseException | None]]:
+        """drain() for a loop adapter: the completions of _adapter_watch tokens only."""
+        return self._drain(True)
+
+    def _watch(self, t: Target) -> int:
         with self._lock:
             if self._closed:
                 raise ClosedError("watch() on a closed Notifier")
-            if unless_done and self._done_now(t):
-                return 0
             kind = t.kind
             if kind == "stream":
                 token = self._backend.watch_stream(t.handle)  # type: ignore[union-attr]
@@ -196,53 +262,15 @@ class Notifier:
             else:  # nothing to wait for: report it at the next drain
                 token = self._next_done
                 self._next_done += 1
-                if not self._signalled:
-                    self._backend.signal()  # type: ignore[union-attr]
-                    self._signalled = True
+                self._signal()
                 self._ready.append(token)
             self._pending[token] = t.keep
         return token
 
-    def _watch_timed(self, t: Target) -> tuple[int, int]:
-        """watch() for a caller that can time the wait on a precise timer of its
-        own: (token, due_ns). due_ns > 0 (time.monotonic_ns()): ask _check()
-        then; 0: an ordinary watch, reported by drain() (not a stream, not the
-        native event mechanism, or a stream the core has no history of yet)."""
-        timed = self._timed_watch
-        if timed is None or t.kind != "stream":
-            return self._watch(t, False), 0
-        with self._lock:
-            if self._closed:
-                raise ClosedError("watch() on a closed Notifier")
-            token, due = timed(t.handle)
-            self._pending[token] = t.keep
-        return token, due
-
-    def _check(self, token: int) -> tuple[int, BaseException | None]:
-        """Ask after a wait from _watch_timed: (0, None or its CudaError) once it
-        finished (drain() will not report it), (due_ns, None) to ask again
-        then, (-1, None) once drain() will report it (or it was cancelled)."""
-        with self._lock:
-            if self._closed or token not in self._pending:
-                return -1, None
-            status, due = self._backend.check(token)  # type: ignore[union-attr]
-            if due != 0:
-                return due, None
-            del self._pending[token]
-        return 0, None if status == 0 else _wait_error(status)
-
-    def _set_clock(self, fd: int, idle_ns: int = 0) -> bool:
-        """Have the core arm timerfd ``fd`` for the waits _watch_timed hands
-        out, and disarm it when _check ends one, or arm it ``idle_ns`` later
-        (-1: stop). False where it cannot (another backend, or released): the
-        caller arms its own."""
-        with self._lock:
-            set_clock = getattr(self._backend, "set_clock", None)
-            if set_clock is None or self._released:
-                return False
-            set_clock(fd, idle_ns)
-            self._clock_fd = fd
-            return True
+    def _signal(self) -> None:  # lock held: make the fd readable for a drain to come
+        if not self._signalled:
+            self._backend.signal()  # type: ignore[union-attr]
+            self._signalled = True
 
     def _done_now(self, t: Target) -> bool:
         """True when ``t`` (stream or event) has finished without error by now: one driver
@@ -269,6 +297,7 @@ class Notifier:
             if token not in self._pending:
                 return False
             del self._pending[token]
+            self._adapter_tokens.discard(token)
             if token >= _DONE_TOKEN_BASE:
                 self._ready.remove(token)
                 return False
@@ -278,35 +307,56 @@ class Notifier:
             return False
 
     def drain(self) -> list[tuple[int, BaseException | None]]:
-        """Every wait finished since the last drain, as (token, None or exception).
+        """Every wait of watch() finished since the last drain, as (token, None or exception).
 
         The exception is a CudaError for a fault, or a ClosedError for the
         waits that were pending when close() was called (reported by the first
-        drain after close; later drains return []). Never blocks.
+        drain after close; later drains return []). Never blocks. Waits of
+        ``await n.wait()`` on this Notifier are not reported here: their
+        coroutines get them.
         """
+        return self._drain(False)
+
+    def _drain(self, for_adapter: bool) -> list[tuple[int, BaseException | None]]:
         with self._lock:
-            if self._closed:
-                batch, self._closed_batch = self._closed_batch, []
+            if self._closed:  # the batch of close(), each side its own
+                mine = self._adapter_tokens
+                out = [r for r in self._closed_batch if (r[0] in mine) == for_adapter]
+                self._closed_batch = [r for r in self._closed_batch if (r[0] in mine) != for_adapter]
+                if for_adapter:
+                    self._adapter_tokens = set()
                 self._release_if_idle()
-                return batch
-            ready = self._ready
+                return out
             clear = self._signalled
             self._signalled = False
             raw = self._backend.drain(clear)  # type: ignore[union-attr]
             pending = self._pending
-            out: list[tuple[int, BaseException | None]] = []
+            results: list[tuple[int, BaseException | None]] = []
+            ready = self._ready
             if ready:
                 self._ready = []
                 for token in ready:
                     del pending[token]
-                    out.append((token, None))
+                    results.append((token, None))
             dropped = self._dropped
             for token, status in raw:
                 if dropped and token in dropped:
                     dropped.discard(token)
                     continue
                 pending.pop(token, None)
-                out.append((token, _wait_error(status)))
+                results.append((token, _wait_error(status)))
+            mine_list, other_list = (self._kept_adapter, self._kept) if for_adapter else (self._kept, self._kept_adapter)
+            out = mine_list[:]
+            mine_list.clear()
+            adapter = self._adapter_tokens
+            for r in results:
+                if r[0] in adapter:
+                    adapter.discard(r[0])
+                    (out if for_adapter else other_list).append(r)
+                else:
+                    (other_list if for_adapter else out).append(r)
+            if other_list:  # the other side's: the fd stays readable for it
+                self._signal()
             return out
 
     def poll(self) -> None:
@@ -319,7 +369,7 @@ class Notifier:
     @property
     def pending(self) -> int:
         """Waits not yet reported by drain() (nor cancelled)."""
-        return len(self._pending) + len(self._closed_batch)
+        return len(self._pending) + len(self._closed_batch) + len(self._kept) + len(self._kept_adapter)
 
     @property
     def closed(self) -> bool:
@@ -341,7 +391,10 @@ class Notifier:
                 return
             self._closed = True
             self._backend.close()
-            self._closed_batch = [(token, ClosedError(_CLOSED_MESSAGE)) for token in self._pending]
+            self._closed_batch = self._kept + self._kept_adapter + [
+                (token, ClosedError(_CLOSED_MESSAGE)) for token in self._pending
+            ]
+            self._kept, self._kept_adapter = [], []
             self._pending.clear()
             self._ready = []
             self._dropped.clear()

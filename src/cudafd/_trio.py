@@ -328,14 +328,17 @@ def _closed(group: weakref.WeakSet[_Waiters]) -> None:
         waiters._notifier_closed()
 
 
+def _busy(owner: object) -> bool:
+    return bool(getattr(owner, "_futures", None) or getattr(owner, "_slots", None))
+
+
 class Dispatcher(_Waiters):
     """The waits of one Notifier in one trio run (see the module docstring)."""
 
     def __init__(self, notifier: Notifier) -> None:
         super().__init__(notifier)
-        self._watch = notifier._watch
         self._cancel = notifier.cancel
-        self._drain = notifier.drain
+        self._drain = notifier._adapter_drain
         self._poll = notifier.poll
 
     async def wait(self, target: object) -> None:
@@ -348,10 +351,11 @@ class Dispatcher(_Waiters):
         slots = self._slots
         if not slots:
             self._claim()  # before the fast path: refusal must not depend on timing
-        token = self._watch(resolve(target), not slots)
-        if not token:  # a lone wait on work already over: trio still wants a checkpoint
-            await trio.lowlevel.checkpoint()
+        t = resolve(target)
+        if not slots and self._notifier._done_now(t):  # a lone wait on work already over
+            await trio.lowlevel.checkpoint()  # trio still wants one
             return
+        token = self._notifier._adapter_watch(t)
         lane = self._lanes.get(key)
         if lane is None:
             lane = self._lanes[key] = _Lane(key)
@@ -362,17 +366,7 @@ class Dispatcher(_Waiters):
 
     def _claim(self) -> None:
         """Refuse a Notifier that another run or an asyncio loop is waiting on."""
-        state = self._notifier.__dict__
-        ref = state.get("_trio_owner")  # a weak reference: a finished run's Dispatcher may go
-        owner = ref() if ref is not None else None
-        aio = state.get("_aio_owner")  # the asyncio adapter's Dispatcher, if one ever waited on it
-        if (owner is not None and owner is not self and owner._slots) or (aio is not None and aio._busy()):
-            raise CudafdError(
-                "this Notifier is already waited on by another trio run or event loop; use one "
-                "Notifier per run (cudafd.wait() without notifier= does that)"
-            )
-        if owner is not self:
-            state["_trio_owner"] = weakref.ref(self)
+        self._notifier._claim(self, _busy)
 
     def _detach(self, slot: _Slot) -> None:
         if self._slots.pop(slot.key, None) is not None:
