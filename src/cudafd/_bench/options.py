@@ -18,6 +18,16 @@ __all__ = ["FULL", "MECHANISMS_SCALE", "QUICK", "parse", "plan"]
 
 MECHANISMS_SCALE = ("event", "hostfunc", "spin")
 
+LATENESS_ONE_STREAM = [  # [name, seconds (None: random), samples per method]
+    ["50us", 50e-6, 400],
+    ["200us", 200e-6, 400],
+    ["1ms", 1e-3, 300],
+    ["2ms", 2e-3, 150],
+    ["5ms", 5e-3, 120],
+    ["10ms", 10e-3, 60],
+    ["random", None, 300],
+]
+
 FULL: dict[str, Any] = {
     "budget_s": 220,  # the whole suite (the limit is 240 s)
     "latency": {"rounds": 4000, "block": 100, "warmup": 50, "soft_s": 30, "hard_s": 45},
@@ -40,6 +50,22 @@ FULL: dict[str, Any] = {
     },
     "scale": {"waits": 10000, "streams": 1000, "soft_s": 15, "hard_s": 40},
     "c": {"rounds": 3000, "block": 100, "warmup": 50, "kernels": 2000, "batch": 200, "repeats": 5, "hard_s": 60},
+    # per loop ~75 s on the H200 (one stream ~30 s, N streams ~25 s, history ~11 s, set-up): the section
+    # stays under 4 minutes with two loops
+    "lateness": {
+        "one_stream": LATENESS_ONE_STREAM,
+        "random_s": [50e-6, 3000e-6],
+        "rounds": 6,
+        "streams": [4, 16, 64],
+        "window_s": 0.4,
+        "multi_rounds": 2,
+        "history": {"stretch_s": 10.0, "kernel_s": 10e-3, "after_s": 100e-6, "samples": 300, "blocks": 6,
+                    "methods": ["cudafd_default"]},
+        "warmup": 5,
+        "torch": True,
+        "soft_s": 85,
+        "hard_s": 125,
+    },
 }
 
 QUICK: dict[str, Any] = {
@@ -62,6 +88,20 @@ QUICK: dict[str, Any] = {
     },
     "scale": {"waits": 2000, "streams": 200, "soft_s": 5, "hard_s": 15},
     "c": {"rounds": 300, "block": 50, "warmup": 10, "kernels": 400, "batch": 200, "repeats": 2, "hard_s": 20},
+    "lateness": {
+        "one_stream": [[name, s, max(6, n // 30)] for name, s, n in LATENESS_ONE_STREAM],
+        "random_s": [50e-6, 3000e-6],
+        "rounds": 2,
+        "streams": [4, 16, 64],
+        "window_s": 0.06,
+        "multi_rounds": 1,
+        "history": {"stretch_s": 0.3, "kernel_s": 10e-3, "after_s": 100e-6, "samples": 20, "blocks": 2,
+                    "methods": ["cudafd_default"]},
+        "warmup": 2,
+        "torch": True,
+        "soft_s": 20,
+        "hard_s": 35,
+    },
 }
 
 
