@@ -69,14 +69,13 @@ class TorchKernels:
     estimated = False
     timing = "CUDA timing events (torch.cuda.Event.elapsed_time against an anchored reference)"
 
-    def __init__(self, torch: Any) -> None:
+    def __init__(self, torch: Any, gpu: Gpu) -> None:
         from . import torchk
 
         self.torch = torch
+        self.gpu = gpu  # device 0's primary context: torch's
         torch.cuda.init()
         torch.cuda.set_device(0)
-        self.gpu: Gpu | None = None
-        self.gpu = Gpu()  # device 0's primary context: torch's
         self.device = torch.cuda.get_device_name()
         self._ref_stream = self.streams(1)[0]
         self.calibration = torchk.calibrate(torch, self._ref_stream)
@@ -88,7 +87,7 @@ class TorchKernels:
 
     def streams(self, n: int) -> list[Any]:
         ext = self.torch.cuda.ExternalStream
-        return [ext(h) for h in self.gpu.streams(n)]  # type: ignore[union-attr]
+        return [ext(h) for h in self.gpu.streams(n)]
 
     def launch(self, stream: Any, seconds: float, blocking: bool = False) -> Mark:
         from .torchk import launcher
@@ -128,8 +127,7 @@ class TorchKernels:
 
     def close(self) -> None:
         self.torch.cuda.synchronize()
-        if self.gpu is not None:
-            self.gpu.close()
+        self.gpu.close()
 
 
 class DriverKernels:

@@ -30,6 +30,7 @@ from . import torchk
 from .child import Progress, new_loop
 from .clocks import lateness_us, net
 from .ends import DriverKernels, TorchKernels
+from .gpu import Gpu
 from .numbers import summary
 from .proc import CpuMeter
 from .waiters import FLOOR, LABELS, build
@@ -41,18 +42,19 @@ SETTLE_S = 0.002  # between two methods' stretches: let the previous one's threa
 
 def kernels_for(p: dict, notes: list[str]):
     """PyTorch's kernels when asked for and usable, else the project's (a real GPU or the simulator)."""
-    if p.get("torch", True):
+    gpu = Gpu()
+    if gpu.simulator:
+        notes.append("kernels: cudafd_spin on the simulator")
+    elif p.get("torch", True):
         torch, why = torchk.available()
         if torch is not None:
             try:
-                return TorchKernels(torch)
+                return TorchKernels(torch, gpu)
             except Exception as exc:
                 notes.append(f"PyTorch launches failed, using cudafd_spin: {type(exc).__name__}: {exc}")
         else:
             notes.append(f"kernels: cudafd_spin ({why})")
-    from .gpu import Gpu
-
-    return DriverKernels(Gpu())
+    return DriverKernels(gpu)
 
 
 class _Acc:

@@ -102,7 +102,8 @@ def _throughput(per_loop: dict) -> str:
         rows.append(row)
     any_res: dict = next(iter(per_loop.values()), {})
     head = (
-        f"Throughput: {any_res.get('streams')} streams each looping ({any_res.get('kernel_us', 0):.0f} us kernel, "
+        f"Throughput: {any_res.get('streams')} streams each looping ({any_res.get('kernel_us', 0):.0f} us kernel "
+        f"via {'PyTorch' if any_res.get('launch') == 'torch' else 'cudafd_spin'}, "
         f"await); CUDA_DEVICE_MAX_CONNECTIONS={any_res.get('max_connections')}; awaits/s and cores: medians "
         f"of {any_res.get('rounds', '?')} rounds; x sleep0: the median of the ratios within a round"
     )
