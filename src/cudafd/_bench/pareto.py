@@ -23,9 +23,10 @@ def dominated(points: dict[str, Point]) -> set[str]:
 
 
 def front(points: dict[str, Point]) -> list[str]:
-    """The keys no other point dominates, cheapest first."""
-    out = set(points) - dominated(points)
-    return sorted(out, key=lambda k: (points[k][0], points[k][1]))
+    """The keys no other point dominates, cheapest first (ties in their order in ``points``)."""
+    out = dominated(points)
+    order = {k: i for i, k in enumerate(points)}
+    return sorted((k for k in points if k not in out), key=lambda k: (points[k][0], points[k][1], order[k]))
 
 
 def beaten_by(points: dict[str, Point], key: str, among: list[str]) -> list[str]:

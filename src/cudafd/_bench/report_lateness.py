@@ -68,8 +68,9 @@ def _one_stream(res: dict) -> list[str]:
         for k, m in hist["methods"].items():
             fb = m.get("first_block") or {}
             parts.append(f"{LABELS[k]}: all {cell(m)}, first {fb.get('n')} {cell(fb)}")
-        out.append(f"History, {res['loop']}: {hist.get('stretch_s')} s of {hist.get('stretch_kernel_us', 0):.0f} us "
-                   f"waits, then {hist.get('after_us', 0):.0f} us waits (minus the floor): " + "; ".join(parts))
+        line = (f"History, {res['loop']}: {hist.get('stretch_s')} s of {hist.get('stretch_kernel_us', 0):.0f} us "
+                f"waits, then {hist.get('after_us', 0):.0f} us waits, p50/p99 us minus the floor: " + "; ".join(parts))
+        out.append(textwrap.fill(line, 118, subsequent_indent="  "))
     return out
 
 
