@@ -94,9 +94,10 @@ class Run:
     def __init__(self, p: dict, kernels, ways: dict, state: dict, progress: Progress) -> None:
         self.p, self.k, self.ways, self.state, self.progress = p, kernels, ways, state, progress
         self.deadline = time.monotonic() + float(p["soft_s"])
+        self.reserved = float(p["history"]["stretch_s"]) + 3 if p.get("history") else 0.0  # kept for the history
 
-    def _late(self) -> bool:
-        if time.monotonic() > self.deadline:
+    def _late(self, reserve: bool = True) -> bool:
+        if time.monotonic() > self.deadline - (self.reserved if reserve else 0.0):
             self.state["truncated"] = True
             return True
         return False
@@ -156,13 +157,14 @@ class Run:
         lo, hi = p["random_s"]
         stop = [False]
         recs: list = []
+        tail: list = []  # awaits that ended after the window: not counted
 
         async def worker(i: int, stream: Any) -> None:
             rng = random.Random(f"{seed}/{i}")
             while not stop[0]:
                 mark = k.launch(stream, rng.uniform(lo, hi), blocking)
                 await fn(stream, mark)
-                recs.append((mark, perf()))
+                (tail if stop[0] else recs).append((mark, perf()))
 
         half = k.anchor()
         meter = CpuMeter().start()
@@ -180,6 +182,7 @@ class Run:
             why = f"{type(failed[0]).__name__}: {failed[0]}" if failed else f"{len(pending)} tasks stuck"
             self.state["errors"][key] = why
         acc.add(k, recs, meter, half)
+        k.release([m for m, _ in tail])
         await asyncio.sleep(SETTLE_S)
 
     async def many_streams(self, n: int, streams: list) -> dict:
@@ -205,7 +208,7 @@ class Run:
         out: dict[str, Any] = {"stretch_s": h["stretch_s"], "stretch_kernel_us": h["kernel_s"] * 1e6,
                                "after_us": h["after_s"] * 1e6, "methods": {}, "floor": {}}
         for key in keys:
-            if self._late():
+            if self._late(reserve=False):
                 break
             stretch = _Acc()
             end = time.monotonic() + float(h["stretch_s"])
@@ -240,7 +243,7 @@ class Run:
             if self._late():
                 return
             wl[f"{n}x_random"] = await self.many_streams(int(n), streams)
-        if self.p.get("history") and not self._late():
+        if self.p.get("history") and not self._late(reserve=False):
             wl["history"] = await self.history(streams[0])
 
 
