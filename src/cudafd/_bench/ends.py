@@ -21,8 +21,8 @@ event; ``blocking``: a blocking-sync event, for waiters that sleep in
 ``synchronize``); ``query``/``sync`` ask or wait for it from any thread;
 ``anchor()`` maps a fresh reference to the host clock; after the kernel
 ended, ``end_s(mark)`` is its host time; ``release(marks)`` returns the
-events to a pool (events are reused, never made in a measured stretch once
-the pool is warm).
+events to a pool, which ``prefill(n, blocking)`` fills beforehand, so that
+no measured stretch pays for making events.
 """
 
 from __future__ import annotations
@@ -56,6 +56,13 @@ class _Pool:
     def take(self, blocking: bool):
         free = self._free[blocking]
         return free.pop() if free else self._make(blocking)
+
+    def fill(self, n: int, blocking: bool) -> list:
+        """Make events until ``n`` are free; the new ones."""
+        free = self._free[blocking]
+        new = [self._make(blocking) for _ in range(n - len(free))]
+        free += new
+        return new
 
     def give(self, marks: list[Mark]) -> None:
         for m in marks:
@@ -124,6 +131,13 @@ class TorchKernels:
 
     def release(self, marks: list[Mark]) -> None:
         self._pool.give(marks)
+
+    def prefill(self, n: int, blocking: bool) -> None:
+        new = self._pool.fill(n, blocking)
+        for ev in new:  # torch makes the CUevent at the first record
+            ev.record(self._ref_stream)
+        if new:
+            new[-1].synchronize()
 
     def close(self) -> None:
         self.torch.cuda.synchronize()
@@ -205,6 +219,9 @@ class DriverKernels:
 
     def release(self, marks: list[Mark]) -> None:
         self._pool.give(marks)
+
+    def prefill(self, n: int, blocking: bool) -> None:
+        self._pool.fill(n, blocking)
 
     def close(self) -> None:
         self.gpu.close()

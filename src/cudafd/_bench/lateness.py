@@ -131,6 +131,7 @@ class Run:
         rounds = max(1, int(self.p["rounds"]))
         block = max(1, math.ceil(samples / rounds))
         keys = self._keys(True)
+        self._prefill(block + 1, keys)
         accs = {k: _Acc() for k in keys}
         for r in range(rounds):
             if self._late():
@@ -185,9 +186,15 @@ class Run:
         k.release([m for m, _ in tail])
         await asyncio.sleep(SETTLE_S)
 
+    def _prefill(self, n: int, keys: list[str]) -> None:
+        for blocking in sorted({self.ways[k].blocking for k in keys}):
+            self.k.prefill(n, blocking)
+
     async def many_streams(self, n: int, streams: list) -> dict:
         rounds = max(1, int(self.p["multi_rounds"]))
         keys = self._keys(False)
+        lo, hi = self.p["random_s"]
+        self._prefill(int(n * float(self.p["window_s"]) / ((lo + hi) / 2) * 1.5) + 2 * n, keys)
         accs = {k: _Acc() for k in keys}
         for r in range(rounds):
             if self._late():
@@ -196,7 +203,6 @@ class Run:
                 if key not in self.state["errors"]:
                     await self._tasks(key, streams[:n], f"{n}/{r}", accs[key])
             self.progress.tick(f"{n} streams: round {r + 1}/{rounds}")
-        lo, hi = self.p["random_s"]
         return self._summaries(accs, {"streams": n, "kernel": f"random {lo * 1e6:.0f}-{hi * 1e6:.0f} us",
                                       "window_s": self.p["window_s"], "rounds": rounds})
 
