@@ -1,8 +1,9 @@
 """lateness.png: one Pareto panel per lateness workload, CPU cores against p50 lateness, every method a point.
 
 Each method has a colour (cudafd's are large, edged in black, labelled in
-bold); each loop a marker. The dashed line joins a loop's Pareto front (the
-points no other point of that loop beats on both counts, :mod:`.pareto`);
+bold); each loop a marker. A line (dashed for asyncio, dash-dotted for
+uvloop) joins a loop's Pareto front (the points no other point of that loop
+beats on both counts, :mod:`.pareto`);
 on one-stream panels the dotted line is the spin floor's p50. Lower left is
 better. Needs matplotlib (Agg); ``write`` returns why not, or None.
 """
@@ -18,6 +19,7 @@ from .waiters import FLOOR, LABELS
 __all__ = ["write"]
 
 MARKERS = {"asyncio": "o", "uvloop": "^"}
+FRONTS = {"asyncio": "--", "uvloop": "-."}
 
 
 def _title(name: str, w: dict) -> str:
@@ -43,7 +45,8 @@ def _panel(ax, name: str, per_loop: dict, colours: dict) -> None:
                             fontweight="bold" if ours else "normal")
         line = front(pts)
         if len(line) > 1:
-            ax.plot([pts[k][0] for k in line], [pts[k][1] for k in line], ls="--", lw=0.8, color="grey", zorder=1)
+            ax.plot([pts[k][0] for k in line], [pts[k][1] for k in line], ls=FRONTS.get(loop, "--"), lw=0.8,
+                    color="grey", zorder=1)
         floor = (w.get("methods", {}).get(FLOOR) or {}).get("p50")
         if floor and first:
             ax.axhline(max(floor, 0.1), ls=":", lw=0.8, color="grey")
@@ -88,7 +91,8 @@ def write(doc: dict, path: str) -> str | None:
         ax.axis("off")
     handles = [Line2D([], [], ls="", marker="o", color=colours[k], markeredgecolor="black" if k.startswith("cudafd")
                       else colours[k], label=LABELS[k]) for k in keys]
-    handles += [Line2D([], [], ls="", marker=MARKERS.get(loop, "s"), color="grey", label=loop) for loop in per_loop]
+    handles += [Line2D([], [], ls=FRONTS.get(loop, "--"), marker=MARKERS.get(loop, "s"), color="grey",
+                       label=f"{loop} (its front)") for loop in per_loop]
     fig.legend(handles=handles, loc="lower center", ncol=min(8, len(handles)), fontsize=7, frameon=False)
     env = doc["environment"]
     title = (f"cudafd lateness (resume minus kernel end) against CPU, per workload; lower left is better; "
