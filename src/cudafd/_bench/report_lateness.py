@@ -59,7 +59,7 @@ def _one_stream(res: dict) -> list[str]:
         rows.append(row)
     rows.append([LABELS[FLOOR] + " (raw)"] + [cell(w["methods"].get(FLOOR), None) for w in ones.values()]
                 + ([""] if hist.get("methods") else []))
-    lat = f"One stream, {res['loop']}: lateness minus the spin floor's p50, p50/p99 us"
+    lat = f"One stream, {res['loop']}: lateness minus the spin floor's p50, p50/p99 us (raw: add the floor's p50)"
     cpu_rows = [[LABELS[k]] + [_cores(w["methods"].get(k)) for w in ones.values()] for k in keys]
     cpu = f"One stream, {res['loop']}: process CPU cores (CPU s per wall s over the method's rounds)"
     out = [lat + "\n" + table(head, rows), cpu + "\n" + table(["method"] + list(ones), cpu_rows)]
