@@ -11,7 +11,8 @@ block of ``samples / rounds`` awaits, in an order rotated every round),
 of ``after_s`` in ``blocks`` alternating with the spin floor, for
 ``methods``), ``warmup``, ``soft_s``.
 
-Per workload and method: the lateness summary in µs (:func:`.numbers.summary`),
+Workloads in the result: ``1x<name>`` (one stream), ``<N>x_random`` and
+``history``. Per workload and method: the lateness summary in µs (:func:`.numbers.summary`),
 ``net`` (one stream: minus the spin floor's p50 in the same rounds), and
 ``cores``: process CPU seconds over wall seconds of that method's measured
 stretches. Kernels go through PyTorch when it has a CUDA device (``torch``
