@@ -10,10 +10,12 @@ one method are not polluted by threads another one left behind):
 * ``throughput`` S streams each looping (100 µs kernel, await): awaits/s and cores
 * ``scale``      10,000 pending waits over 1,000 streams: threads, memory, drain rate
 * ``c``          bench/c/latency.c: the C API against plain driver loops
+* ``lateness``   kernels of lengths not known in advance (PyTorch's where it has a GPU), 1 to 64
+                 streams: how long after each kernel's end its waiter resumed, and the CPU it cost
 
 The parent (:mod:`.suite`) plans the runs, prints progress and tables, checks
 the figures against the targets of DESIGN.md (:mod:`.targets`) and writes a
 JSON file and a PNG plot. :mod:`.child` is the child processes' entry point.
 """
 
-SECTIONS = ("latency", "cpu", "bubble", "throughput", "scale", "c")
+SECTIONS = ("latency", "cpu", "bubble", "throughput", "scale", "c", "lateness")

@@ -73,6 +73,7 @@ class Gpu:
         self._events: list[int] = []
         self._warm: set[int] = set()
         self._launchers: dict[int, Callable[..., None]] = {}
+        self.make_launcher: Callable[[int], Callable[..., None]] = _kernels.launcher  # use_torch() replaces it
 
     # ---- streams, events, kernels ----
 
@@ -101,8 +102,27 @@ class Gpu:
         method launches this way, so the figures are the waiting's, not launch_spin's setup."""
         fn = self._launchers.get(stream)
         if fn is None:
-            fn = self._launchers[stream] = _kernels.launcher(stream)
+            fn = self._launchers[stream] = self.make_launcher(stream)
         return fn
+
+    def use_torch(self) -> dict:
+        """Launch through PyTorch from now on where torch has a CUDA device: ``torch.cuda._sleep``
+        (calibrated, :mod:`.torchk`) on a ``torch.cuda.ExternalStream`` over each stream. Returns
+        ``{"launch": "torch", "calibration": ...}``, or ``{"launch": "cudafd_spin", "why": ...}``."""
+        from . import torchk
+
+        torch, why = (None, "the simulator") if self.simulator else torchk.available()
+        if torch is None:
+            return {"launch": "cudafd_spin", "why": why}
+        try:
+            torch.cuda.set_device(0)  # device 0's primary context: this one
+            cal = torchk.calibrate(torch, torch.cuda.ExternalStream(self.streams(1)[0]))
+        except Exception as exc:
+            return {"launch": "cudafd_spin", "why": f"torch failed: {type(exc).__name__}: {exc}"}
+        cps = cal["cycles_per_s"]
+        self.make_launcher = lambda h: torchk.launcher(torch, torch.cuda.ExternalStream(h), cps)
+        self._launchers.clear()
+        return {"launch": "torch", "calibration": cal}
 
     def record(self, event: int, stream: int) -> None:
         _driver.check(self.drv.cuEventRecord(event, stream), "cuEventRecord")  # type: ignore[attr-defined]

@@ -1,8 +1,11 @@
 """Command-line options of ``python -m cudafd bench`` and the plan of runs they give.
 
-The figures below budget a full run at ~2 minutes on a 16-core GPU host
-(the suite's limit is 4; every child also has a hard limit, and the whole
-suite a global one) and ``--quick`` at ~15 s on a 2-core machine with the
+The figures below budget a full run of the sections other than lateness at
+~2 minutes on a 16-core GPU host (their limit is 4; every child also has a
+hard limit, and the whole suite a global one) and ``--quick`` at ~15 s on a
+2-core machine with the simulator. The lateness section has a budget of its
+own on top: ~75 s per loop on the H200, under 4 minutes for asyncio and
+uvloop (``python -m cudafd bench lateness``); quick, ~10 s per loop on the
 simulator.
 """
 
@@ -17,6 +20,16 @@ from . import SECTIONS
 __all__ = ["FULL", "MECHANISMS_SCALE", "QUICK", "parse", "plan"]
 
 MECHANISMS_SCALE = ("event", "hostfunc", "spin")
+
+LATENESS_ONE_STREAM = [  # [name, seconds (None: random), samples per method]
+    ["50us", 50e-6, 400],
+    ["200us", 200e-6, 400],
+    ["1ms", 1e-3, 300],
+    ["2ms", 2e-3, 150],
+    ["5ms", 5e-3, 120],
+    ["10ms", 10e-3, 60],
+    ["random", None, 300],
+]
 
 FULL: dict[str, Any] = {
     "budget_s": 220,  # the whole suite (the limit is 240 s)
@@ -40,6 +53,22 @@ FULL: dict[str, Any] = {
     },
     "scale": {"waits": 10000, "streams": 1000, "soft_s": 15, "hard_s": 40},
     "c": {"rounds": 3000, "block": 100, "warmup": 50, "kernels": 2000, "batch": 200, "repeats": 5, "hard_s": 60},
+    # per loop ~75 s on the H200 (one stream ~30 s, N streams ~25 s, history ~11 s, set-up): the section
+    # stays under 4 minutes with two loops
+    "lateness": {
+        "one_stream": LATENESS_ONE_STREAM,
+        "random_s": [50e-6, 3000e-6],
+        "rounds": 6,
+        "streams": [4, 16, 64],
+        "window_s": 0.4,
+        "multi_rounds": 2,
+        "history": {"stretch_s": 10.0, "kernel_s": 10e-3, "after_s": 100e-6, "samples": 300, "blocks": 6,
+                    "methods": ["cudafd_default"]},
+        "warmup": 5,
+        "torch": True,
+        "soft_s": 85,
+        "hard_s": 125,
+    },
 }
 
 QUICK: dict[str, Any] = {
@@ -62,6 +91,20 @@ QUICK: dict[str, Any] = {
     },
     "scale": {"waits": 2000, "streams": 200, "soft_s": 5, "hard_s": 15},
     "c": {"rounds": 300, "block": 50, "warmup": 10, "kernels": 400, "batch": 200, "repeats": 2, "hard_s": 20},
+    "lateness": {
+        "one_stream": [[name, s, max(6, n // 30)] for name, s, n in LATENESS_ONE_STREAM],
+        "random_s": [50e-6, 3000e-6],
+        "rounds": 2,
+        "streams": [4, 16, 64],
+        "window_s": 0.06,
+        "multi_rounds": 1,
+        "history": {"stretch_s": 0.3, "kernel_s": 10e-3, "after_s": 100e-6, "samples": 20, "blocks": 2,
+                    "methods": ["cudafd_default"]},
+        "warmup": 2,
+        "torch": True,
+        "soft_s": 20,
+        "hard_s": 35,
+    },
 }
 
 
@@ -92,9 +135,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--only",
+        "--sections",
+        dest="only",
         default=",".join(SECTIONS),
         type=lambda s: _csv(s, SECTIONS, "--only"),
         help=f"sections to run (default all: {','.join(SECTIONS)})",
+    )
+    p.add_argument(
+        "which",
+        nargs="?",
+        default=None,
+        metavar="SECTIONS",
+        type=lambda s: _csv(s, SECTIONS, "sections"),
+        help="the same as --only: python -m cudafd bench lateness",
     )
     p.add_argument("--sim", action="store_true", help="run on the simulator even if a GPU is usable")
     p.add_argument("--streams", type=int, default=None, help="throughput: streams (default 64)")
@@ -107,6 +160,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if argv[:1] == ["--"]:
         argv = argv[1:]
     args = _parser().parse_args(argv)
+    if args.which:
+        args.only = args.which
     if args.streams is not None and args.streams < 1 or args.rounds is not None and args.rounds < 1:
         _parser().error("--streams and --rounds must be positive")
     return args
@@ -121,4 +176,6 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
         out["throughput"]["streams"] = args.streams
     if args.rounds:
         out["latency"]["rounds"] = args.rounds
+    if "lateness" in args.only:  # its own budget on top: one child per loop
+        out["budget_s"] += len(args.loops) * out["lateness"]["soft_s"] + 30
     return out

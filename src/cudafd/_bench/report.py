@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from . import SECTIONS
+from . import SECTIONS, report_lateness
+from .tables import table
 from .methods import LABELS
 from .targets import vs
 
@@ -14,19 +13,6 @@ SIM_BANNER = (
     "*** SIMULATOR: no GPU was used. These figures come from cudafd's simulated driver and are "
     "NOT meaningful as performance numbers; they only show that the suite runs. ***"
 )
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]], left: int = 1) -> str:
-    """A plain-text table: the first ``left`` columns left-aligned (text), the others right-aligned (numbers)."""
-    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = []
-    for n, r in enumerate(cells):
-        parts = [r[i].ljust(widths[i]) if i < left else r[i].rjust(widths[i]) for i in range(len(r))]
-        lines.append("  ".join(parts).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 def _f(x: object, fmt: str = "{:.1f}") -> str:
@@ -116,7 +102,8 @@ def _throughput(per_loop: dict) -> str:
         rows.append(row)
     any_res: dict = next(iter(per_loop.values()), {})
     head = (
-        f"Throughput: {any_res.get('streams')} streams each looping ({any_res.get('kernel_us', 0):.0f} us kernel, "
+        f"Throughput: {any_res.get('streams')} streams each looping ({any_res.get('kernel_us', 0):.0f} us kernel "
+        f"via {'PyTorch' if any_res.get('launch') == 'torch' else 'cudafd_spin'}, "
         f"await); CUDA_DEVICE_MAX_CONNECTIONS={any_res.get('max_connections')}; awaits/s and cores: medians "
         f"of {any_res.get('rounds', '?')} rounds; x sleep0: the median of the ratios within a round"
     )
@@ -183,7 +170,7 @@ def _targets(rows: list[dict], simulator: bool) -> str:
         [[r["figure"], r["target"], r["status"] + mark, r["measured"]] for r in rows],
         left=4,
     )
-    return "Targets (DESIGN.md), ratios measured side by side in this run\n" + body
+    return "Targets (DESIGN.md, issue 15), ratios measured side by side in this run\n" + body
 
 
 def one_line(section: str, res: dict) -> str:
@@ -205,6 +192,8 @@ def one_line(section: str, res: dict) -> str:
         return f"cudafd event {v.get('us_per_point', float('nan')):.2f} us per point"
     if section == "scale":
         return f"{res.get('completed')}/{res.get('waits')} done, {res.get('bytes_per_wait')} B/wait"
+    if section == "lateness":
+        return report_lateness.one_line(res)
     if section == "numba_probe":
         return "works" if res.get("ok") else f"does not work: {res.get('error')}"
     return "done"
@@ -246,8 +235,10 @@ def render(doc: dict) -> str:
         parts.append(_scale(s["scale"]))
     if s.get("c"):
         parts.append(_c(s["c"]))
+    if s.get("lateness"):
+        parts.append(report_lateness.render(s["lateness"]))
     problems = []
-    for name in ("latency", "cpu", "throughput", "scale"):
+    for name in ("latency", "cpu", "throughput", "scale", "lateness"):
         problems += _errors(name, s.get(name) or {})
     for name in ("bubble", "c"):
         if s.get(name):

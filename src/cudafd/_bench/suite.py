@@ -1,7 +1,8 @@
 """The parent of a bench run: plans the children, runs each under a time limit, reports.
 
 Order: latency (per loop; the numba-cuda trial first where numba imports),
-cpu (per loop), bubble, throughput (per loop), scale (per mechanism), c.
+cpu (per loop), bubble, throughput (per loop), scale (per mechanism), c,
+lateness (per loop).
 A child that fails or times out costs its own section only; the rest goes
 on. The whole suite has a budget too: once it is spent, what is left is
 skipped with a note. Exit status: 0 when every section that ran gave its
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from .. import _lib
 from .._cli._device import choose
-from . import cbench, env, options, plot, report, targets
+from . import cbench, env, options, plot, plot_lateness, report, targets, waiters
 from .methods import BASELINES, CUDAFD
 from .options import MECHANISMS_SCALE
 
@@ -49,7 +50,7 @@ class Suite:
         self.steps = self._count_steps()
 
     def _count_steps(self) -> int:
-        per_loop = sum(s in self.args.only for s in ("latency", "cpu", "throughput"))
+        per_loop = sum(s in self.args.only for s in ("latency", "cpu", "throughput", "lateness"))
         n = per_loop * len(self.args.loops) + ("bubble" in self.args.only) + ("c" in self.args.only)
         return n + (len(MECHANISMS_SCALE) if "scale" in self.args.only else 0)
 
@@ -62,7 +63,7 @@ class Suite:
         e["PYTHONUNBUFFERED"] = "1"
         if self.simulator:
             e["CUDAFD_SIMULATOR"] = "1"
-        if section == "throughput" and "CUDA_DEVICE_MAX_CONNECTIONS" not in e:
+        if section in ("throughput", "lateness") and "CUDA_DEVICE_MAX_CONNECTIONS" not in e:
             e["CUDA_DEVICE_MAX_CONNECTIONS"] = "32"
         return e
 
@@ -184,6 +185,8 @@ class Suite:
             else:
                 self._done("c", "c", res)
             self.sections["c"] = res
+        if "lateness" in only:
+            self._per_loop("lateness", waiters.all_keys())
 
 
 def _out_dir(args) -> Path:
@@ -235,12 +238,21 @@ def main(argv: list[str]) -> int:
     if simulator:
         doc["notes"].insert(0, "simulator: the figures are not meaningful as performance numbers")
     why = plot.write(doc, str(out_dir / "bench.png"))
-    if why:
+    if why and not (why.startswith("nothing to plot") and suite.sections.get("lateness")):
         doc["notes"].append(f"plot skipped: {why}")
-    doc["files"] = {"json": "bench.json", "text": "bench.txt", "plot": None if why else "bench.png"}
+    late_why = plot_lateness.write(doc, str(out_dir / "lateness.png")) if suite.sections.get("lateness") else "no lateness"
+    if late_why and suite.sections.get("lateness"):
+        doc["notes"].append(f"lateness plot skipped: {late_why}")
+    doc["files"] = {
+        "json": "bench.json",
+        "text": "bench.txt",
+        "plot": None if why else "bench.png",
+        "lateness_plot": None if late_why else "lateness.png",
+    }
     text = report.render(doc)
     (out_dir / "bench.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
     (out_dir / "bench.txt").write_text(text)
     _say("\n" + text)
-    _say(f"done in {doc['elapsed_s']:.0f} s: {out_dir / 'bench.json'}, bench.txt" + ("" if why else ", bench.png"))
+    pngs = "".join(f", {f}" for f in (doc["files"]["plot"], doc["files"]["lateness_plot"]) if f)
+    _say(f"done in {doc['elapsed_s']:.0f} s: {out_dir / 'bench.json'}, bench.txt{pngs}")
     return 1 if suite.failed else 0

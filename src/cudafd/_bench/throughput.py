@@ -7,6 +7,9 @@ drift of a shared machine hits them alike), ``methods``, ``soft_s``.
 Figures: completed awaits per second in the window and the process's CPU
 cores meanwhile (CPU seconds of every thread per wall second), the median
 over the rounds; every round's figures are in ``rounds``.
+Kernels go through PyTorch (``torch.cuda._sleep``, :meth:`.gpu.Gpu.use_torch`)
+where torch has a CUDA device and ``torch`` is not false, else the project's
+kernel; ``launch`` in the result says which.
 The parent sets ``CUDA_DEVICE_MAX_CONNECTIONS`` (hardware queues; default 8)
 for this child unless the caller did, so kernels of different streams are
 not falsely serialised on the GPU; its value is in the result.
@@ -73,6 +76,7 @@ def run(p: dict, progress: Progress) -> dict:
     gpu = Gpu()
     kit = Kit(gpu)
     state: dict = {"methods": {}, "errors": {}, "truncated": False}
+    state.update(gpu.use_torch() if p.get("torch", True) else {"launch": "cudafd_spin", "why": "not asked for"})
 
     def result() -> dict:
         return {

@@ -1,0 +1,122 @@
+"""The lateness section's tables: compact (at most 120 columns), one set per loop.
+
+* one stream: lateness minus the spin floor, ``p50/p99`` µs, one column per
+  kernel length (and the 100 µs waits after the history run's long stretch);
+  the floor's own raw figures on the last line;
+* one stream: process CPU cores per method and length;
+* N streams, random lengths: raw ``p50/p99`` µs and cores.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from .tables import table
+from .waiters import FLOOR, LABELS
+
+__all__ = ["one_line", "render", "cell"]
+
+
+def _n(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.1f}" if abs(x) < 10 else f"{x:.0f}"
+
+
+def cell(m: dict | None, field: str | None = "net") -> str:
+    """``p50/p99`` of a method's figures (its ``net`` ones where ``field`` names them and they exist)."""
+    if not m or not m.get("n"):
+        return ""
+    d = m.get(field) if field else None
+    d = d or m
+    return f"{_n(d.get('p50'))}/{_n(d.get('p99'))}"
+
+
+def _cores(m: dict | None) -> str:
+    return f"{m['cores']:.3f}" if m and m.get("cores") is not None else ""
+
+
+def _keys(workloads: list[dict]) -> list[str]:
+    keys: list[str] = []
+    for w in workloads:
+        keys += [k for k in w.get("methods", {}) if k not in keys]
+    return keys
+
+
+def _one_stream(res: dict) -> list[str]:
+    wl = res.get("workloads", {})
+    ones = {k[2:]: w for k, w in wl.items() if k.startswith("1x")}
+    hist = wl.get("history") or {}
+    if not ones:
+        return []
+    keys = [k for k in _keys(list(ones.values())) if k != FLOOR]
+    head = ["method"] + list(ones) + (["hist 100us"] if hist.get("methods") else [])
+    rows = []
+    for k in keys:
+        row = [LABELS[k]] + [cell(w["methods"].get(k)) for w in ones.values()]
+        if hist.get("methods"):
+            row.append(cell(hist["methods"].get(k)))
+        rows.append(row)
+    rows.append([LABELS[FLOOR] + " (raw)"] + [cell(w["methods"].get(FLOOR), None) for w in ones.values()]
+                + ([""] if hist.get("methods") else []))
+    lat = f"One stream, {res['loop']}: lateness minus the spin floor's p50, p50/p99 us (raw: add the floor's p50)"
+    cpu_rows = [[LABELS[k]] + [_cores(w["methods"].get(k)) for w in ones.values()] for k in keys]
+    cpu = f"One stream, {res['loop']}: process CPU cores (CPU s per wall s over the method's rounds)"
+    out = [lat + "\n" + table(head, rows), cpu + "\n" + table(["method"] + list(ones), cpu_rows)]
+    if hist.get("methods"):
+        parts = []
+        for k, m in hist["methods"].items():
+            fb = m.get("first_block") or {}
+            parts.append(f"{LABELS[k]}: all {cell(m)}, first {fb.get('n')} {cell(fb)}")
+        line = (f"History, {res['loop']}: {hist.get('stretch_s')} s of {hist.get('stretch_kernel_us', 0):.0f} us "
+                f"waits, then {hist.get('after_us', 0):.0f} us waits, p50/p99 us minus the floor: " + "; ".join(parts))
+        out.append(textwrap.fill(line, 118, subsequent_indent="  "))
+    return out
+
+
+def _many(res: dict) -> list[str]:
+    many = {k: w for k, w in res.get("workloads", {}).items() if k[0].isdigit() and not k.startswith("1x")}
+    if not many:
+        return []
+    keys = _keys(list(many.values()))
+    head = ["method"] + [h for k in many for h in (f"{k.split('x')[0]} streams p50/p99", "cores")]
+    rows = []
+    for k in keys:
+        row = [LABELS[k]]
+        for w in many.values():
+            m = w["methods"].get(k)
+            row += [cell(m, None), _cores(m)]
+        rows.append(row)
+    lo, hi = res.get("random_us", [50, 3000])
+    title = f"N streams, {res['loop']}: each a task looping (random {lo:.0f}-{hi:.0f} us kernel, await); lateness us"
+    return [title + "\n" + table(head, rows)]
+
+
+def render(per_loop: dict) -> str:
+    """Every lateness table of the run, and how kernel ends were known."""
+    parts = []
+    for loop, res in per_loop.items():
+        if res.get("error") and not res.get("workloads"):
+            parts.append(f"Lateness, {loop}: {res['error']}")
+            continue
+        k = res.get("kernels") or {}
+        cal = k.get("calibration") or {}
+        how = f"kernels: {k.get('kind')}" + (
+            f" (torch.cuda._sleep at {cal['cycles_per_s'] / 1e6:.0f} cycles/us)" if cal.get("cycles_per_s") else ""
+        )
+        lines = [f"Lateness, {loop}: the time the awaiting coroutine resumed minus the time its kernel ended"]
+        lines += [f"{how}; ends: {k.get('timing')}"] + [f"note: {n}" for n in res.get("notes") or []]
+        parts.append("\n".join(textwrap.fill(x, 118, subsequent_indent="  ") for x in lines))
+        parts += _one_stream(res) + _many(res)
+    return "\n\n".join(parts)
+
+
+def one_line(res: dict) -> str:
+    """The progress digest: the default's p50 on the random one-stream and the 64-stream workloads."""
+    wl = res.get("workloads", {})
+    parts = []
+    for name in ("1xrandom", "64x_random"):
+        m = (wl.get(name) or {}).get("methods", {}).get("cudafd_default")
+        if m:
+            parts.append(f"{name} {cell(m, 'net' if name.startswith('1x') else None)} us")
+    return "cudafd default " + ", ".join(parts) if parts else "done"

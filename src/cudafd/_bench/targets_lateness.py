@@ -1,0 +1,191 @@
+"""The lateness targets of issue 15, checked against one run's lateness section (per loop).
+
+Judged: the default (``await cudafd.wait(stream)``) unless the row names a
+mechanism. One-stream figures are net of the spin floor (:func:`.clocks.net`);
+N-stream figures are raw. Each row: pass, miss, or n/a (a figure missing:
+the workload or the method did not run), with the measured values.
+"""
+
+from __future__ import annotations
+
+from .pareto import beaten_by
+from .waiters import BASELINES, LABELS
+
+__all__ = ["evaluate", "ONE_STREAM_P50_US", "ONE_STREAM_P99_US"]
+
+JUDGED = "cudafd_default"
+ONE_STREAM_P50_US, ONE_STREAM_P99_US = 30.0, 200.0
+LONG_P50_US, LONG_P99_US = 100.0, 300.0  # 5 ms kernels
+FOUR_P50_US, FOUR_P99_US = 40.0, 300.0
+MANY_P99_US, MANY_CORES = 1000.0, 0.8
+CPU_VS_EXECUTOR, CPU_10MS = 0.8, 0.05
+SPIN_SLACK_US = 10.0
+ML_P50_US = 600.0
+
+
+def _row(figure: str, target: str, measured: str, ok: bool | None) -> dict:
+    return {"figure": figure, "target": target, "measured": measured,
+            "status": "n/a" if ok is None else "pass" if ok else "miss"}
+
+
+def _m(res: dict, workload: str, key: str) -> dict | None:
+    m = (res.get("workloads", {}).get(workload) or {}).get("methods", {}).get(key)
+    return m if m and m.get("n") else None
+
+
+def _fig(m: dict, net: bool) -> dict:
+    return (m.get("net") or {}) if net else m
+
+
+def _n(x: float) -> str:
+    return f"{x:.1f}" if abs(x) < 10 else f"{x:.0f}"
+
+
+def _short(workload: str) -> str:
+    """"1x50us" -> "50us", "4x_random" -> "random"."""
+    return workload.split("x", 1)[1].lstrip("_")
+
+
+def _bounded(res: dict, loop: str, names: list[str], p50: float, p99: float, title: str, net: bool) -> dict:
+    figure = f"lateness, {title}, {loop}"
+    target = f"p50 <= {p50:.0f} us, p99 <= {p99:.0f} us" + (" (minus the spin floor)" if net else "")
+    parts, oks = [], []
+    for name in names:
+        m = _m(res, name, JUDGED)
+        d = _fig(m, net) if m else {}
+        if "p50" not in d or "p99" not in d:
+            parts.append(f"{_short(name)} not measured")
+            oks.append(None)
+            continue
+        parts.append(f"{_short(name)} {_n(d['p50'])}/{_n(d['p99'])}")
+        oks.append(d["p50"] <= p50 and d["p99"] <= p99)
+    ok = None if None in oks or not oks else all(oks)
+    return _row(figure, target, "p50/p99 us: " + ", ".join(parts), ok)
+
+
+def _many(res: dict, loop: str) -> dict:
+    figure = f"lateness, 64 streams random, {loop}"
+    target = f"p50 <= sleep(0)'s, p99 <= {MANY_P99_US:.0f} us, <= {MANY_CORES} cores"
+    m, s0 = _m(res, "64x_random", JUDGED), _m(res, "64x_random", "sleep0")
+    if m is None or s0 is None or m.get("cores") is None:
+        return _row(figure, target, "not measured", None)
+    measured = f"p50 {_n(m['p50'])} us (sleep(0) {_n(s0['p50'])}), p99 {_n(m['p99'])} us, {m['cores']:.2f} cores"
+    ok = m["p50"] <= s0["p50"] and m["p99"] <= MANY_P99_US and m["cores"] <= MANY_CORES
+    return _row(figure, target, measured, ok)
+
+
+def _cpu(res: dict, loop: str) -> dict:
+    figure = f"CPU, one stream back to back, {loop}"
+    target = f"<= {CPU_VS_EXECUTOR}x the executor's at 1 ms and 2 ms; <= {CPU_10MS} cores at 10 ms"
+    parts, oks = [], []
+    for name in ("1x1ms", "1x2ms"):
+        m, ex = _m(res, name, JUDGED), _m(res, name, "executor")
+        if not m or not ex or m.get("cores") is None or not ex.get("cores"):
+            parts.append(f"{name[2:]} not measured")
+            oks.append(None)
+            continue
+        ratio = m["cores"] / ex["cores"]
+        parts.append(f"{name[2:]} {m['cores']:.3f} = {ratio:.2f}x executor ({ex['cores']:.3f})")
+        oks.append(ratio <= CPU_VS_EXECUTOR)
+    m = _m(res, "1x10ms", JUDGED)
+    if m and m.get("cores") is not None:
+        parts.append(f"10ms {m['cores']:.3f} cores")
+        oks.append(m["cores"] <= CPU_10MS)
+    else:
+        parts.append("10ms not measured")
+        oks.append(None)
+    return _row(figure, target, "; ".join(parts), None if None in oks else all(oks))
+
+
+def points(res: dict, workload: str) -> dict[str, tuple[float, float]]:
+    """(cores, p50 µs) of every method measured on ``workload`` with both figures, the floor left out."""
+    out = {}
+    for k, m in ((res.get("workloads", {}).get(workload) or {}).get("methods") or {}).items():
+        if k != "spin_floor" and m.get("n") and m.get("cores") is not None:
+            out[k] = (m["cores"], m["p50"])
+    return out
+
+
+def _pareto(res: dict, loop: str) -> dict:
+    figure = f"Pareto, every workload, {loop}"
+    target = "no baseline both earlier (p50) and cheaper (CPU) than the default"
+    names = [w for w in res.get("workloads", {}) if w != "history"]
+    beaten, judged = [], 0
+    for w in names:
+        pts = points(res, w)
+        if JUDGED not in pts:
+            continue
+        judged += 1
+        by = beaten_by(pts, JUDGED, list(BASELINES))
+        if by:
+            beaten.append(f"{w}: {', '.join(LABELS[k] for k in by)}")
+    if not judged:
+        return _row(figure, target, "not measured", None)
+    measured = f"beaten on {len(beaten)} of {judged} workloads" + (": " + "; ".join(beaten) if beaten else "")
+    return _row(figure, target, measured, not beaten and judged == len(names))
+
+
+def _spin(res: dict, loop: str) -> dict:
+    figure = f"spin mechanism, one stream, {loop}"
+    target = f"p50 within {SPIN_SLACK_US:.0f} us of sleep(0)'s on every one-stream workload"
+    names = [w for w in res.get("workloads", {}) if w.startswith("1x")]
+    parts, oks = [], []
+    for w in names:
+        m, s0 = _m(res, w, "cudafd_spin"), _m(res, w, "sleep0")
+        if not m or not s0:
+            parts.append(f"{w[2:]} not measured")
+            oks.append(None)
+            continue
+        d = m["p50"] - s0["p50"]
+        parts.append(f"{w[2:]} {d:+.1f}")
+        oks.append(d <= SPIN_SLACK_US)
+    ok = None if not oks or None in oks else all(oks)
+    return _row(figure, target, "spin p50 - sleep(0) p50, us: " + ", ".join(parts), ok)
+
+
+def _max_lateness(res: dict, loop: str) -> dict:
+    figure = f"max_lateness=1e-3, one stream, {loop}"
+    target = f"CPU <= sleep(1 ms) polling's and p50 <= {ML_P50_US:.0f} us, at 2 ms and 10 ms"
+    if "cudafd_ml1ms" in (res.get("errors") or {}):
+        return _row(figure, target, f"not measured: {res['errors']['cudafd_ml1ms']}", None)
+    parts, oks = [], []
+    for w in ("1x2ms", "1x10ms"):
+        m, s1 = _m(res, w, "cudafd_ml1ms"), _m(res, w, "sleep1ms")
+        if not m or not s1 or m.get("cores") is None or s1.get("cores") is None:
+            parts.append(f"{w[2:]} not measured")
+            oks.append(None)
+            continue
+        p50 = _fig(m, True).get("p50", m["p50"])
+        parts.append(f"{w[2:]} {m['cores']:.3f} cores (sleep(1 ms) {s1['cores']:.3f}), p50 {_n(p50)} us")
+        oks.append(m["cores"] <= s1["cores"] and p50 <= ML_P50_US)
+    return _row(figure, target, "; ".join(parts), None if None in oks else all(oks))
+
+
+def _history(res: dict, loop: str) -> dict:
+    h = res.get("workloads", {}).get("history") or {}
+    figure = f"history: 100 us waits after {h.get('stretch_s', '?')} s of 10 ms waits, {loop}"
+    target = f"p50 <= {ONE_STREAM_P50_US:.0f} us, p99 <= {ONE_STREAM_P99_US:.0f} us (minus the spin floor)"
+    m = (h.get("methods") or {}).get(JUDGED)
+    d = (m or {}).get("net") or {}
+    if "p50" not in d:
+        return _row(figure, target, "not measured", None)
+    fb = (m.get("first_block") or {}).get("net") or {}
+    measured = f"{_n(d['p50'])}/{_n(d['p99'])} us"
+    if fb:
+        measured += f" (the first {m['first_block'].get('n')}: {_n(fb['p50'])}/{_n(fb['p99'])})"
+    return _row(figure, target, measured, d["p50"] <= ONE_STREAM_P50_US and d["p99"] <= ONE_STREAM_P99_US)
+
+
+def evaluate(sections: dict) -> list[dict]:
+    """Every lateness target row, per loop measured."""
+    rows = []
+    for loop, res in (sections.get("lateness") or {}).items():
+        if not res.get("workloads"):
+            continue
+        rows.append(_bounded(res, loop, ["1x50us", "1x200us", "1x1ms", "1xrandom"], ONE_STREAM_P50_US,
+                             ONE_STREAM_P99_US, "one stream 50 us, 200 us, 1 ms, random", True))
+        rows.append(_bounded(res, loop, ["1x5ms"], LONG_P50_US, LONG_P99_US, "one stream 5 ms", True))
+        rows.append(_bounded(res, loop, ["4x_random"], FOUR_P50_US, FOUR_P99_US, "4 streams random", False))
+        rows += [_many(res, loop), _cpu(res, loop), _pareto(res, loop), _spin(res, loop),
+                 _max_lateness(res, loop), _history(res, loop)]
+    return rows

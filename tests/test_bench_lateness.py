@@ -1,0 +1,187 @@
+"""The bench's lateness section: it runs end to end (quick, on the simulator unless
+CUDAFD_TEST_DRIVER=real) with every workload and method; and its arithmetic
+(lateness from timing events, the spin floor, Pareto dominance, the targets)
+on synthetic inputs. No timing thresholds: the figures of a quick run on a
+loaded machine mean nothing."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+import cudafd
+from cudafd._bench import options
+from cudafd._bench.clocks import anchor, end_on_host, lateness_us, net
+from cudafd._bench.lateness import _Acc
+from cudafd._bench.pareto import beaten_by, dominated, front
+from cudafd._bench.targets_lateness import evaluate
+from cudafd._bench.waiters import FLOOR, all_keys, has_max_lateness
+from support import REAL
+
+ONE_STREAM = [f"1x{name}" for name, _, _ in options.LATENESS_ONE_STREAM]
+MANY = ["4x_random", "16x_random", "64x_random"]
+
+
+def _finite(*xs) -> bool:
+    return all(isinstance(x, (int, float)) and math.isfinite(x) for x in xs)
+
+
+def test_quick_lateness_section_gives_every_workload_and_method(tmp_path):
+    env = dict(os.environ)
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(cudafd.__file__)))
+    env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    cmd = [sys.executable, "-m", "cudafd", "bench", "lateness", "--quick", "--loops", "asyncio", "--out", str(tmp_path)]
+    if not REAL:
+        cmd.append("--sim")
+    r = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=150)
+    log = r.stdout[-4000:] + r.stderr[-4000:]
+    assert r.returncode == 0, log
+    doc = json.loads((tmp_path / "bench.json").read_text())
+    assert list(doc["sections"]) == ["lateness"], list(doc["sections"])
+    res = doc["sections"]["lateness"]["asyncio"]
+    assert not res.get("error") and not res["truncated"], res.get("error")
+    expected = [k for k in all_keys() if k != "cudafd_ml1ms" or has_max_lateness()]
+    assert set(res["errors"]) <= {"cudafd_ml1ms"} - set(expected), res["errors"]
+    if not has_max_lateness():
+        assert "max_lateness" in res["errors"]["cudafd_ml1ms"]
+    wl = res["workloads"]
+    assert list(wl) == ONE_STREAM + MANY + ["history"]
+    for name in ONE_STREAM + MANY:
+        methods = wl[name]["methods"]
+        want = expected if name in ONE_STREAM else [k for k in expected if k != FLOOR]
+        assert sorted(methods) == sorted(want), name
+        for key, m in methods.items():
+            assert m["n"] > 0 and _finite(m["p50"], m["p99"], m["cores"]), (name, key, m)
+            assert m["cores"] > 0 and len(m["cdf"]) == 101, (name, key)
+            if name in ONE_STREAM and key != FLOOR:
+                assert _finite(m["net"]["p50"], m["net"]["p99"]), (name, key)
+    h = wl["history"]["methods"]["cudafd_default"]
+    assert h["n"] > 0 and _finite(h["p50"], h["p99"], h["net"]["p50"]) and h["first_block"]["n"] > 0
+    assert res["kernels"]["estimated_ends"] is (not REAL)
+    figures = [t["figure"] for t in doc["targets"]]
+    for part in ("one stream 50 us", "one stream 5 ms", "4 streams", "64 streams", "CPU, one stream",
+                 "Pareto", "spin mechanism", "max_lateness", "history"):
+        assert any(part in f for f in figures), part
+    assert {t["status"] for t in doc["targets"]} <= {"pass", "miss", "n/a"}
+    text = (tmp_path / "bench.txt").read_text()
+    tables = text[text.index("One stream, asyncio") : text.index("Targets (")]
+    assert max(len(line) for line in tables.splitlines()) <= 120
+    for label in ("cudafd default", "sleep(0) poll", "executor+blocking ev", "thread poll 20us", "spin floor"):
+        assert label in tables, label
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert doc["files"]["lateness_plot"] is None
+    else:
+        assert doc["files"]["lateness_plot"] == "lateness.png" and (tmp_path / "lateness.png").stat().st_size > 0
+
+
+def test_anchor_takes_the_midpoint_of_the_last_no_and_the_first_yes():
+    ticks = iter([10.0, 11.0, 12.0, 13.0, 14.0, 15.0])  # the clock: each call the next
+    answers = iter([False, False, True])  # done() at the 1st, 2nd, 3rd query
+    at, half = anchor(lambda: next(answers), clock=lambda: next(ticks), started=9.0)
+    # queries began at 10 (no), 11 (no), 12 (yes, returned at 13): the GPU passed it in (11, 13)
+    assert (at, half) == (12.0, 1.0)
+    ticks = iter([5.0, 5.5])
+    assert anchor(lambda: True, clock=lambda: next(ticks), started=4.0) == (4.75, 0.75)  # done at once: (started, 5.5)
+
+
+def test_lateness_from_an_anchor_and_elapsed_times():
+    end = end_on_host(100.0, 2.5)  # the reference at host 100 s, the kernel's end 2.5 GPU ms later
+    assert end == pytest.approx(100.0025)
+    assert lateness_us(100.0026, end) == pytest.approx(100.0)
+    assert lateness_us(100.0024, end) == pytest.approx(-100.0)  # resumed "before" the end: an anchor error shows
+    assert net({"n": 3, "p50": 50.0, "p99": 400.0}, 20.0) == {"p50": 30.0, "p99": 380.0}
+    assert net({"n": 3, "p50": 50.0, "p99": 400.0}, None) is None and net({"n": 0}, 5.0) is None
+
+
+class _FakeKernels:
+    """end_s from a table; release remembered."""
+
+    def __init__(self, ends):
+        self.ends, self.released = ends, []
+
+    def end_s(self, mark):
+        return self.ends[mark]
+
+    def release(self, marks):
+        self.released += marks
+
+
+class _Meter:
+    cpu, wall = 0.25, 1.0
+
+
+def test_accumulator_turns_resume_times_into_lateness_and_cores():
+    k = _FakeKernels({"a": 1.0, "b": 2.0, "c": 3.0})
+    acc = _Acc()
+    acc.add(k, [("a", 1.000010), ("b", 2.000050)], _Meter(), 1e-6)
+    acc.add(k, [("c", 3.000030)], _Meter(), 3e-6)
+    assert [round(x, 3) for x in acc.lat] == [10.0, 50.0, 30.0]
+    assert k.released == ["a", "b", "c"]
+    r = acc.result("cudafd_default")
+    assert r["n"] == 3 and round(r["p50"], 2) == 30.0 and r["cores"] == 0.25 and r["anchor_err_us"] == 3.0
+    assert r["label"] == "cudafd default"
+
+
+def test_pareto_dominance():
+    pts = {"a": (0.1, 100.0), "b": (0.2, 100.0), "c": (0.05, 500.0), "d": (1.0, 10.0), "e": (0.1, 100.0)}
+    assert dominated(pts) == {"b"}  # a and e tie: neither dominates the other
+    assert front(pts) == ["c", "a", "e", "d"]
+    assert beaten_by(pts, "b", ["a", "c", "d"]) == []  # a is cheaper but not earlier: not beaten on both
+    assert beaten_by({"x": (0.5, 50.0), "y": (0.4, 40.0), "z": (0.4, 50.0)}, "x", ["y", "z"]) == ["y"]
+    assert beaten_by(pts, "missing", ["a"]) == []
+
+
+def _section(default, sleep0, executor, floor_p50=10.0):
+    """A one-loop lateness result: the default and two baselines on every workload."""
+    def m(p50, p99, cores):
+        return {"n": 10, "p50": p50, "p99": p99, "cores": cores, "net": {"p50": p50 - floor_p50, "p99": p99 - floor_p50}}
+    wl = {}
+    for name in ONE_STREAM + MANY:
+        methods = {"cudafd_default": m(*default), "sleep0": m(*sleep0), "executor": m(*executor),
+                   "cudafd_spin": m(sleep0[0] + 5, 50, 1.0)}
+        if name in ONE_STREAM:
+            methods[FLOOR] = {"n": 10, "p50": floor_p50, "p99": floor_p50, "cores": 1.0}
+        wl[name] = {"methods": methods}
+    wl["history"] = {"stretch_s": 10, "methods": {"cudafd_default": m(*default)}}
+    return {"lateness": {"asyncio": {"workloads": wl, "errors": {"cudafd_ml1ms": "no max_lateness"}}}}
+
+
+def test_lateness_targets_on_synthetic_figures():
+    rows = {r["figure"].split(", asyncio")[0]: r for r in evaluate(_section((30, 150, 0.05), (35, 60, 1.0), (300, 900, 0.2)))}
+    status = {k: r["status"] for k, r in rows.items()}
+    assert status["lateness, one stream 50 us, 200 us, 1 ms, random"] == "pass"  # net 20/140
+    assert status["lateness, 4 streams random"] == "pass"  # raw 30/150
+    assert status["lateness, 64 streams random"] == "pass"
+    assert status["CPU, one stream back to back"] == "pass"  # 0.25x the executor's, 0.05 cores at 10 ms
+    assert "10ms 0.050 cores" in rows["CPU, one stream back to back"]["measured"]
+    assert status["Pareto, every workload"] == "pass"
+    assert status["spin mechanism, one stream"] == "pass"  # +5 us
+    assert status["max_lateness=1e-3, one stream"] == "n/a" and "no max_lateness" in rows["max_lateness=1e-3, one stream"]["measured"]
+    assert status["history: 100 us waits after 10 s of 10 ms waits"] == "pass"
+    # a baseline both earlier and cheaper: the Pareto row names it on every workload
+    rows = {r["figure"].split(", asyncio")[0]: r for r in evaluate(_section((60, 150, 0.5), (35, 60, 0.4), (300, 900, 0.2)))}
+    assert rows["Pareto, every workload"]["status"] == "miss"
+    assert "beaten on 10 of 10 workloads" in rows["Pareto, every workload"]["measured"]
+    assert rows["lateness, one stream 50 us, 200 us, 1 ms, random"]["status"] == "miss"  # net p50 50
+    assert rows["lateness, 64 streams random"]["status"] == "miss"  # later than sleep(0)
+    assert rows["CPU, one stream back to back"]["status"] == "miss"  # 2.5x the executor's
+    empty = evaluate({"lateness": {"asyncio": {"workloads": {"1x50us": {"methods": {}}}}}})
+    assert {r["status"] for r in empty} == {"n/a"}
+
+
+def test_sections_chosen_by_name():
+    assert options.parse(["lateness"]).only == ["lateness"]
+    assert options.parse(["--sections", "lateness,cpu"]).only == ["lateness", "cpu"]
+    assert options.parse(["--", "--quick", "lateness"]).only == ["lateness"]
+    with pytest.raises(SystemExit):
+        options.parse(["latenesss"])
+    full = options.plan(options.parse(["--loops", "asyncio"]))
+    assert full["budget_s"] > options.FULL["budget_s"]  # the lateness section's own time on top
+    assert options.plan(options.parse(["cpu"]))["budget_s"] == options.FULL["budget_s"]
