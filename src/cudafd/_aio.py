@@ -138,10 +138,17 @@ class _Parked:
         self.fd = -1  # registered with add_reader (>= 0) while futures are parked
         self.timer: asyncio.TimerHandle | None = None  # the "poll" mechanism's
         self.delay = POLL_MIN
-        if notifier.needs_polling:
-            self.timer = loop.call_later(POLL_MIN, self.poll_tick)
-        else:
-            self.fd = _add_reader(loop, notifier, self.on_readable)
+
+    def park(self, token: int) -> asyncio.Future[None]:
+        """A future for ``token``, resolved when a drain reports it; arms the reader (or timer) if need be."""
+        if self.fd < 0 and self.timer is None:
+            if self.notifier.needs_polling:
+                self.delay = POLL_MIN
+                self.timer = self.loop.call_later(POLL_MIN, self.poll_tick)
+            else:
+                self.fd = _add_reader(self.loop, self.notifier, self.on_readable)
+        fut = self.futures[token] = self.loop.create_future()
+        return fut
 
     def disarm(self) -> None:
         fd, timer = self.fd, self.timer
@@ -251,16 +258,16 @@ class Dispatcher:
                 del streams[key]
 
     async def _park(self, loop: asyncio.AbstractEventLoop, notifier: Notifier, token: int) -> None:
+        parked = self._parked()
+        if parked is None:
+            parked = _Parked(loop, notifier)
+            self._parked = weakref.ref(parked)
         try:
-            parked = self._parked()
-            if parked is None:
-                parked = _Parked(loop, notifier)
-                self._parked = weakref.ref(parked)
+            fut = parked.park(token)
         except BaseException:
             notifier.cancel(token)
             raise
         futures = parked.futures
-        fut = futures[token] = loop.create_future()
         try:
             await fut
         finally:

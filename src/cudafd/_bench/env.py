@@ -21,11 +21,10 @@ ENV_VARS = (
     "CUDAFD_MECHANISM",
     "CUDAFD_DRIVER",
     "CUDAFD_SIMULATOR",
+    "CUDAFD_MAX_LATENESS",
 )
 OPTIONS = {
-    "spin_ns": _lib.OPT_SPIN_NS,
-    "max_threads": _lib.OPT_MAX_THREADS,
-    "linger_ns": _lib.OPT_LINGER_NS,
+    "max_lateness_ns": _lib.OPT_MAX_LATENESS_NS,
     "watchdog_ns": _lib.OPT_WATCHDOG_NS,
 }
 

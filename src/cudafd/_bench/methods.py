@@ -162,7 +162,7 @@ def make(key: str, kit: Kit, stream: int) -> Method:
         return asleep
 
     if key == "bound_loop":
-        from .._timerfd import OneShot
+        from .timerfd import OneShot
 
         ev = gpu.event(EV_SPIN)
         timer = OneShot()
