@@ -60,9 +60,14 @@
 #include "internal.h"
 
 #define SNAP_MAX 512
-#define POLL_RATIO 32    /* a wait is asked again after 1/32 of its age ... */
+/* (compile-time knobs like these are for measuring alternatives: bench/policy_sweep.py) */
+#ifndef POLL_RATIO
+#define POLL_RATIO 32 /* a wait is asked again after 1/32 of its age ... */
+#endif
+#ifndef POLL_FLOOR_DIV
 #define POLL_FLOOR_DIV 10 /* ... but not sooner than a tenth of its budget, nor later than the budget */
-#define COALESCE_DIV 4   /* a lane may be asked this fraction of its interval early */
+#endif
+#define COALESCE_DIV 4 /* a lane may be asked this fraction of its interval early */
 
 static void *poller_main(void *arg);
 
