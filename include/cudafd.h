@@ -63,11 +63,11 @@ extern "C" {
 
 /* max_lateness: the event mechanism finds a wait at most this long after its
  * work ended (plus the time this machine takes to wake a sleeping thread).
- * A wait that has run for t is asked again after t/32, but never sooner than
- * a tenth of max_lateness nor later than max_lateness: short waits are found
- * within tens of microseconds, and a long wait costs about 1/max_lateness
+ * A wait that has run for t is asked again after t/16, but never sooner than
+ * a quarter of max_lateness nor later than max_lateness: short waits are
+ * asked every max_lateness/4, and a long wait costs about 1/max_lateness
  * wake-ups per second. Faults surface within max_lateness too. */
-#define CUDAFD_MAX_LATENESS_DEFAULT_NS (200 * 1000)
+#define CUDAFD_MAX_LATENESS_DEFAULT_NS (400 * 1000)
 #define CUDAFD_MAX_LATENESS_MIN_NS (1000)
 #define CUDAFD_MAX_LATENESS_MAX_NS (10LL * 1000 * 1000 * 1000)
 
@@ -122,6 +122,9 @@ int cudafd_notifier_set_max_lateness(cudafd_notifier *n, int64_t ns);
  * changed since the last drain, there is nothing to drain. Read it with an
  * atomic load (acquire); valid until cudafd_notifier_destroy. NULL for NULL. */
 const uint64_t *cudafd_notifier_seq(const cudafd_notifier *n);
+/* The same counter's value, read with acquire order (0 for NULL): for
+ * callers that cannot make an atomic load themselves (ctypes, say). */
+uint64_t cudafd_notifier_seq_now(const cudafd_notifier *n);
 /* Make now every stream the notifier's waits in `stream`'s context may need
  * later (side streams: hostfunc points, waits on events), so that no later
  * watch creates one. Optional, and best called before the work

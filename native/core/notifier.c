@@ -79,6 +79,11 @@ CFD_API int cudafd_notifier_set_max_lateness(cudafd_notifier *n, int64_t ns)
 
 CFD_API const uint64_t *cudafd_notifier_seq(const cudafd_notifier *n) { return n ? &n->seq : NULL; }
 
+CFD_API uint64_t cudafd_notifier_seq_now(const cudafd_notifier *n)
+{
+    return n ? __atomic_load_n(&n->seq, __ATOMIC_ACQUIRE) : 0;
+}
+
 void cfd_notifier_push(cudafd_notifier *n, uint64_t token, int64_t status)
 {
     pthread_mutex_lock(&n->mu);

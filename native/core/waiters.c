@@ -25,7 +25,7 @@
  *     interval = clamp(age / POLL_RATIO, budget / POLL_FLOOR_DIV, budget)
  *
  * where budget is the head wait's max_lateness (its notifier's, default
- * CUDAFD_OPT_MAX_LATENESS_NS). Short waits are asked every few tens of
+ * CUDAFD_OPT_MAX_LATENESS_NS). Short waits are asked every ~100
  * microseconds, so they are found soon after they end; a long wait is asked
  * less often, never less than once per budget, so a wait is found at most
  * budget (plus the machine's wake-up time) after its work ends, whatever its
@@ -35,6 +35,14 @@
  * interval joins a round that runs anyway, so lanes due at nearby times
  * share one wake. Spin lanes are asked in every round, and while one is
  * pending the poller does not sleep at all.
+ *
+ * Why these numbers (H200 host, bench/results/2026-12-01-h200/policy_sweep.txt):
+ * each wake of the poller costs ~8 us of CPU there, and handing a completion
+ * to an event loop asleep in epoll costs 60-150 us whatever finds it (the
+ * spin mechanism's lateness), so asking more often than every ~100 us buys
+ * little lateness for much CPU. Against a tenth of a 200 us budget and
+ * 1/32 of the age, this schedule cut the CPU by a quarter to a half (64
+ * streams: 1.12 -> 0.83 cores) for 20-50% more lateness.
  *
  * The poller sleeps in poll(2) on a timerfd, not on a condition variable,
  * so a watching thread whose new lane is due before the poller's next round
@@ -62,10 +70,10 @@
 #define SNAP_MAX 512
 /* (compile-time knobs like these are for measuring alternatives: bench/policy_sweep.py) */
 #ifndef POLL_RATIO
-#define POLL_RATIO 32 /* a wait is asked again after 1/32 of its age ... */
+#define POLL_RATIO 16 /* a wait is asked again after 1/16 of its age ... */
 #endif
 #ifndef POLL_FLOOR_DIV
-#define POLL_FLOOR_DIV 10 /* ... but not sooner than a tenth of its budget, nor later than the budget */
+#define POLL_FLOOR_DIV 4 /* ... but not sooner than a quarter of its budget, nor later than the budget */
 #endif
 #define COALESCE_DIV 4 /* a lane may be asked this fraction of its interval early */
 

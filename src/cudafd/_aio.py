@@ -24,6 +24,12 @@ stopped spinning, so a later wait never returns ahead of an earlier one:
 the core completes one stream's watched waits in order, and futures resolved
 in one callback resume in that order.
 
+The "spin" mechanism spins in the loop too: while futures are parked, a
+``call_soon`` callback runs at every pass of the loop and drains when the
+core's completion count moved (Notifier._completions), so the loop never
+sleeps (one core, like ``sleep(0)`` polling) and a completion reaches it
+without a thread wake-up.
+
 The "poll" mechanism has no thread writing the fd: a ``call_later`` timer
 calls poll() then drains, starting at POLL_MIN and doubling up to POLL_MAX
 while nothing finishes, back to POLL_MIN on progress. (asyncio's selector
@@ -129,24 +135,29 @@ class _Parked:
     timer) that resolves them. Only the loop (through the registered
     callback) and the parked coroutines hold it."""
 
-    __slots__ = ("loop", "notifier", "futures", "fd", "timer", "delay", "__weakref__")
+    __slots__ = ("loop", "notifier", "futures", "fd", "timer", "delay", "seen", "__weakref__")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, notifier: Notifier) -> None:
         self.loop = loop
         self.notifier = notifier
         self.futures: dict[int, asyncio.Future[None]] = {}  # by token
         self.fd = -1  # registered with add_reader (>= 0) while futures are parked
-        self.timer: asyncio.TimerHandle | None = None  # the "poll" mechanism's
+        self.timer: asyncio.Handle | None = None  # the "poll" mechanism's timer, or the spin's callback
         self.delay = POLL_MIN
+        self.seen = -1  # spin: the core's completion count at the last drain
 
     def park(self, token: int) -> asyncio.Future[None]:
         """A future for ``token``, resolved when a drain reports it; arms the reader (or timer) if need be."""
         if self.fd < 0 and self.timer is None:
-            if self.notifier.needs_polling:
+            notifier = self.notifier
+            if notifier.needs_polling:
                 self.delay = POLL_MIN
                 self.timer = self.loop.call_later(POLL_MIN, self.poll_tick)
+            elif notifier.mechanism == "spin":
+                self.seen = -1
+                self.timer = self.loop.call_soon(self.spin_tick)
             else:
-                self.fd = _add_reader(self.loop, self.notifier, self.on_readable)
+                self.fd = _add_reader(self.loop, notifier, self.on_readable)
         fut = self.futures[token] = self.loop.create_future()
         return fut
 
@@ -178,6 +189,18 @@ class _Parked:
         if not futures:
             self.disarm()
         return bool(results)
+
+    def spin_tick(self) -> None:
+        """The spin mechanism: the loop never sleeps while waits are parked; each
+        pass reads the core's completion count (no system call) and drains when
+        it moved, so a completion reaches the loop in one pass, not a wake-up."""
+        self.timer = None
+        seq = self.notifier._completions()
+        if seq != self.seen:
+            self.seen = seq
+            self.on_readable()
+        if self.futures:
+            self.timer = self.loop.call_soon(self.spin_tick)
 
     def poll_tick(self) -> None:
         self.timer = None

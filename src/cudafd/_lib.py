@@ -59,7 +59,7 @@ STAT_COUNT = 12
 # Options (CUDAFD_OPT_*) and the bounds of max_lateness (CUDAFD_MAX_LATENESS_*).
 OPT_WATCHDOG_NS = 0
 OPT_MAX_LATENESS_NS = 1
-MAX_LATENESS_DEFAULT_NS = 200_000
+MAX_LATENESS_DEFAULT_NS = 400_000
 MAX_LATENESS_MIN_NS = 1_000
 MAX_LATENESS_MAX_NS = 10_000_000_000
 
@@ -88,6 +88,7 @@ _PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "cudafd_notifier_fd": (c_int, [c_void_p]),
     "cudafd_notifier_set_max_lateness": (c_int, [c_void_p, c_int64]),
     "cudafd_notifier_seq": (c_void_p, [c_void_p]),
+    "cudafd_notifier_seq_now": (c_uint64, [c_void_p]),
     "cudafd_prepare": (c_int, [c_void_p, c_size_t]),
     "cudafd_watch_stream": (c_int, [c_void_p, c_size_t, POINTER(c_uint64)]),
     "cudafd_watch_event": (c_int, [c_void_p, c_size_t, POINTER(c_uint64)]),

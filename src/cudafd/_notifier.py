@@ -144,7 +144,7 @@ class Notifier:
     ValueError for an unknown mechanism and CudafdError when the mechanism
     cannot be used here (see ``python -m cudafd doctor``).
 
-    ``max_lateness`` (seconds; default $CUDAFD_MAX_LATENESS, else 200 µs):
+    ``max_lateness`` (seconds; default $CUDAFD_MAX_LATENESS, else 400 µs):
     with the "event" mechanism a wait is found at most this long after its
     work ended, plus the machine's thread wake-up time; a long wait then
     costs about 1/max_lateness poller wake-ups per second. Faults surface
@@ -266,6 +266,11 @@ class Notifier:
                 self._ready.append(token)
             self._pending[token] = t.keep
         return token
+
+    def _completions(self) -> int:
+        """A count that moves whenever something may be drained (native mechanisms; else -1)."""
+        seq = getattr(self._backend, "seq", None)
+        return seq() if seq is not None and not self._released else -1
 
     def _signal(self) -> None:  # lock held: make the fd readable for a drain to come
         if not self._signalled:
