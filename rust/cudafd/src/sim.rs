@@ -81,11 +81,19 @@ pub fn load() -> Result<&'static Simulator, Error> {
     load_from(&default_path())
 }
 
-/// [`load`], from a given path.
+/// [`load`], from a given path. Once a simulator is loaded, the same path
+/// returns it and any other fails (`CUDAFD_E_STATE`).
 pub fn load_from(path: &Path) -> Result<&'static Simulator, Error> {
     let mut sim = SIM.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(s) = *sim {
-        return Ok(s);
+        if s.path == path {
+            return Ok(s);
+        }
+        return Err(Error::Cudafd {
+            code: sys::CUDAFD_E_STATE,
+            message: format!("the simulator was loaded from {} already", s.path.display()),
+            call: "cudafd::sim::load",
+        });
     }
     let text = path.to_str().ok_or_else(|| Error::Cudafd {
         code: sys::CUDAFD_E_INVALID,
