@@ -16,10 +16,10 @@ fn dropping_a_pending_wait_cancels_it() {
             let gpu = Gpu::open();
             let stream = gpu.stream();
             let notifier = Notifier::new(mechanism).unwrap();
-            stream.launch(300, false);
+            stream.launch(1_500, false);
             // The timeout drops the future, and with it the fence.
             let r = tokio::time::timeout(Duration::from_millis(10), notifier.wait(stream.raw())).await;
-            assert!(r.is_err(), "{mechanism:?}: a 300 ms kernel finished within 10 ms");
+            assert!(r.is_err(), "{mechanism:?}: a 1.5 s kernel finished within 10 ms");
             assert_eq!(notifier.pending(), 0, "{mechanism:?}: the dropped wait is still pending");
             // The GPU work went on, and the stream still serves later waits.
             stream.launch(5, false);
@@ -88,7 +88,7 @@ fn closing_a_notifier_ends_its_waits() {
         let gpu = Gpu::open();
         let stream = gpu.stream();
         let notifier = Notifier::new(Mechanism::Event).unwrap();
-        stream.launch(300, false);
+        stream.launch(2_000, false);
         let waits: Vec<_> = (0..4).map(|_| tokio::spawn(notifier.wait(stream.raw()))).collect();
         tokio::time::sleep(Duration::from_millis(10)).await;
         notifier.close().unwrap();
@@ -116,5 +116,26 @@ fn bad_handles_give_errors() {
     }
     assert!(cudafd::set_driver(std::path::Path::new("/nonexistent/libcuda.so")).is_err());
     drop(notifier);
+    assert_no_leaks();
+}
+
+#[test]
+fn a_notifier_outlives_its_runtime() {
+    let _serial = start();
+    let gpu = Gpu::open();
+    let stream = gpu.stream();
+    let rt = runtime(2);
+    let (notifier, mut fence) = rt.block_on(async {
+        let notifier = Notifier::new(Mechanism::Event).unwrap();
+        stream.launch(100, false);
+        let fence = notifier.watch(stream.raw()).unwrap();
+        (notifier, fence)
+    });
+    assert!(notifier.has_reactor());
+    drop(rt); // its reactor is gone; a blocking wait still works, and so does the drop
+    fence.wait(Some(LIMIT)).unwrap();
+    stream.launch(5, false);
+    notifier.watch(stream.raw()).unwrap().wait(Some(LIMIT)).unwrap();
+    drop((fence, notifier));
     assert_no_leaks();
 }

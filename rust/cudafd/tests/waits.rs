@@ -136,7 +136,7 @@ fn without_a_runtime_a_poll_loop_drives_the_fences() {
     assert!(!notifier.has_reactor());
     let gpu = Gpu::open();
     let (a, b) = (gpu.stream(), gpu.stream());
-    a.launch(40, false);
+    a.launch(1_000, false);
     b.launch(5, false);
     let mut fa = notifier.watch(a.raw()).unwrap();
     let mut fb = notifier.watch(b.raw()).unwrap();
@@ -156,7 +156,7 @@ fn without_a_runtime_a_poll_loop_drives_the_fences() {
             }
         }
     }
-    // b's 5 ms kernel ran beside a's 40 ms one on another stream.
+    // b's 5 ms kernel ran beside a's 1 s one on another stream.
     assert_eq!(finished, ["b", "a"]);
     // Drained to empty: the fd is clear.
     let mut p = libc::pollfd { fd: notifier.as_raw_fd(), events: libc::POLLIN, revents: 0 };
@@ -207,14 +207,14 @@ fn a_blocking_wait_times_out_and_stays_pending() {
     let gpu = Gpu::open();
     let stream = gpu.stream();
     let t = Instant::now();
-    stream.launch(400, false);
+    stream.launch(1_500, false);
     let mut fence = notifier.watch(stream.raw()).unwrap();
     assert!(matches!(fence.wait(Some(Duration::from_millis(20))), Err(cudafd::Error::Timeout)));
     assert!(t.elapsed() >= Duration::from_millis(20));
     assert!(!fence.is_finished());
     assert_eq!(notifier.pending(), 1);
     fence.wait(Some(LIMIT)).unwrap();
-    assert!(t.elapsed() >= Duration::from_millis(400), "done after {:?}", t.elapsed());
+    assert!(t.elapsed() >= Duration::from_millis(1_500), "done after {:?}", t.elapsed());
     // The outcome stays: a second wait returns it again at once.
     fence.wait(Some(Duration::ZERO)).unwrap();
     drop((fence, notifier));
