@@ -22,7 +22,10 @@ fn main() {
         Some(dir) if !dir.is_empty() => installed(Path::new(&dir)),
         _ => build(),
     };
-    println!("cargo:rerun-if-changed={}", dir.join("libcudafd.so").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        dir.join("libcudafd.so").display()
+    );
     println!("cargo:rustc-link-search=native={}", dir.display());
     println!("cargo:rustc-link-lib=dylib=cudafd");
     println!("cargo:lib_dir={}", dir.display());
@@ -50,7 +53,10 @@ fn build() -> PathBuf {
         ));
     }
     println!("cargo:rerun-if-changed={}", native.display());
-    println!("cargo:rerun-if-changed={}", manifest.join("include").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        manifest.join("include").display()
+    );
     println!("cargo:rerun-if-env-changed=CC");
     println!("cargo:rerun-if-env-changed=CFLAGS");
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("set by cargo")).join("lib");

@@ -17,9 +17,16 @@ fn main() -> Result<(), cudafd::Error> {
     let notifier = Notifier::new(Mechanism::Event)?;
     a.launch(Duration::from_millis(30), false)?;
     b.launch(Duration::from_millis(10), false)?;
-    let mut fences = vec![("a", notifier.watch(a.as_raw())?), ("b", notifier.watch(b.as_raw())?)];
+    let mut fences = vec![
+        ("a", notifier.watch(a.as_raw())?),
+        ("b", notifier.watch(b.as_raw())?),
+    ];
     while !fences.is_empty() {
-        let mut p = libc::pollfd { fd: notifier.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let mut p = libc::pollfd {
+            fd: notifier.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
         if unsafe { libc::poll(&mut p, 1, 5_000) } == 0 {
             eprintln!("nothing finished within 5 s");
             std::process::exit(1);

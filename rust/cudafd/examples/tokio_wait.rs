@@ -26,7 +26,11 @@ async fn main() -> Result<(), cudafd::Error> {
     }
     for (i, t) in tasks.into_iter().enumerate() {
         let took = t.await.expect("the task does not panic")?;
-        println!("task {i}: {} ms kernel done after {:.2} ms", 1 + i, took.as_secs_f64() * 1e3);
+        println!(
+            "task {i}: {} ms kernel done after {:.2} ms",
+            1 + i,
+            took.as_secs_f64() * 1e3
+        );
     }
     Ok(())
 }

@@ -126,7 +126,6 @@ pub(crate) fn api() -> Result<&'static Api, Error> {
     check(unsafe { sys::cudafd_driver_load() }, "cudafd_driver_load")?;
     let lib = Lib::open(&crate::driver_path())?;
     let a: &'static Api = Box::leak(Box::new(unsafe { Api::resolve(&lib)? }));
-    std::mem::forget(lib);
     *api = Some(a);
     Ok(a)
 }
@@ -135,29 +134,30 @@ impl Api {
     unsafe fn resolve(lib: &Lib) -> Result<Api, Error> {
         let gpa = lib.raw("cuGetProcAddress_v2");
         let gpa: Option<GetProcAddress> = if gpa.is_null() { None } else { Some(cast(gpa)) };
-        let entry = |name: &'static str, versioned: Option<&'static str>| -> Result<Handle, Error> {
-            let mut f: Handle = ptr::null_mut();
-            if let Some(gpa) = gpa {
-                let c = CString::new(name).expect("no NUL");
-                let mut status = 0;
-                if gpa(c.as_ptr(), &mut f, CUDA_API_VERSION, 0, &mut status) != 0 {
-                    f = ptr::null_mut();
+        let entry =
+            |name: &'static str, versioned: Option<&'static str>| -> Result<Handle, Error> {
+                let mut f: Handle = ptr::null_mut();
+                if let Some(gpa) = gpa {
+                    let c = CString::new(name).expect("no NUL");
+                    let mut status = 0;
+                    if gpa(c.as_ptr(), &mut f, CUDA_API_VERSION, 0, &mut status) != 0 {
+                        f = ptr::null_mut();
+                    }
                 }
-            }
-            if f.is_null() {
-                if let Some(v) = versioned {
-                    f = lib.raw(v);
+                if f.is_null() {
+                    if let Some(v) = versioned {
+                        f = lib.raw(v);
+                    }
                 }
-            }
-            if f.is_null() {
-                f = lib.raw(name);
-            }
-            if f.is_null() {
-                Err(missing(name))
-            } else {
-                Ok(f)
-            }
-        };
+                if f.is_null() {
+                    f = lib.raw(name);
+                }
+                if f.is_null() {
+                    Err(missing(name))
+                } else {
+                    Ok(f)
+                }
+            };
         Ok(Api {
             init: cast(entry("cuInit", None)?),
             device_get: cast(entry("cuDeviceGet", None)?),

@@ -222,7 +222,11 @@ impl Future for Fence {
                     return Poll::Ready(r);
                 }
                 if let Some(slot) = st.waits.get_mut(&this.token) {
-                    if !slot.waker.as_ref().map_or(false, |w| w.will_wake(cx.waker())) {
+                    if !slot
+                        .waker
+                        .as_ref()
+                        .map_or(false, |w| w.will_wake(cx.waker()))
+                    {
                         slot.waker = Some(cx.waker().clone());
                     }
                 }

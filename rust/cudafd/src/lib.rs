@@ -54,7 +54,7 @@
 //!   }).detach();
 //!   notifier.wait(stream).await?;
 //!   ```
-//! - **`poll(2)`, epoll, a custom loop**: poll [`Fence::as_raw_fd`] (the
+//! - **`poll(2)`, epoll, a custom loop**: poll a fence's fd ([`AsRawFd`](std::os::unix::io::AsRawFd): the
 //!   notifier's fd) and call [`Fence::try_wait`]; see
 //!   `examples/poll_loop.rs`.
 //! - **No loop**: [`Fence::wait`] blocks the thread, with a timeout.
@@ -100,7 +100,9 @@ pub mod stats;
 pub use cudafd_sys;
 pub use error::{CudaError, Error};
 pub use fence::Fence;
-pub use notifier::{CUevent, CUstream, Mechanism, Notifier, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD};
+pub use notifier::{
+    CUevent, CUstream, Mechanism, Notifier, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD,
+};
 pub use stats::{stats, Stats};
 
 use error::{check, string};
@@ -115,12 +117,18 @@ pub fn version() -> String {
 /// driver loaded: `Ok` if it is the same path, else an error
 /// (`CUDAFD_E_STATE`).
 pub fn set_driver(path: &Path) -> Result<(), Error> {
-    let text = path.to_str().and_then(|t| CString::new(t).ok()).ok_or_else(|| Error::Cudafd {
-        code: sys::CUDAFD_E_INVALID,
-        message: format!("not a usable path: {}", path.display()),
-        call: "cudafd_set_driver",
-    })?;
-    check(unsafe { sys::cudafd_set_driver(text.as_ptr()) }, "cudafd_set_driver")
+    let text = path
+        .to_str()
+        .and_then(|t| CString::new(t).ok())
+        .ok_or_else(|| Error::Cudafd {
+            code: sys::CUDAFD_E_INVALID,
+            message: format!("not a usable path: {}", path.display()),
+            call: "cudafd_set_driver",
+        })?;
+    check(
+        unsafe { sys::cudafd_set_driver(text.as_ptr()) },
+        "cudafd_set_driver",
+    )
 }
 
 /// Load and initialise the driver now (idempotent, thread-safe). Every call
@@ -137,7 +145,10 @@ pub fn driver_path() -> String {
 /// The driver's CUDA version, e.g. 12060 for 12.6 (loads the driver).
 pub fn driver_version() -> Result<i32, Error> {
     let mut v = 0;
-    check(unsafe { sys::cudafd_driver_version(&mut v) }, "cudafd_driver_version")?;
+    check(
+        unsafe { sys::cudafd_driver_version(&mut v) },
+        "cudafd_driver_version",
+    )?;
     Ok(v)
 }
 

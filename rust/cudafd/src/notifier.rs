@@ -307,8 +307,9 @@ impl Notifier {
         #[cfg(feature = "tokio")]
         if tokio::runtime::Handle::try_current().is_ok() {
             // On error `inner` drops here, destroying the notifier.
-            let afd = tokio::io::unix::AsyncFd::with_interest(Fd(fd), tokio::io::Interest::READABLE)
-                .map_err(Error::io)?;
+            let afd =
+                tokio::io::unix::AsyncFd::with_interest(Fd(fd), tokio::io::Interest::READABLE)
+                    .map_err(Error::io)?;
             inner.reactor = Some(afd);
         }
         Ok(Notifier {
@@ -345,7 +346,9 @@ impl Notifier {
     pub fn watch(&self, stream: CUstream) -> Result<Fence, Error> {
         let mut token = 0;
         check(
-            unsafe { sys::cudafd_watch_stream(self.inner.raw.as_ptr(), stream as usize, &mut token) },
+            unsafe {
+                sys::cudafd_watch_stream(self.inner.raw.as_ptr(), stream as usize, &mut token)
+            },
             "cudafd_watch_stream",
         )?;
         Ok(self.inner.fence(token))
@@ -355,7 +358,10 @@ impl Notifier {
     /// of the outcome: `Ok(())` once the GPU passed the point, else the
     /// error. The future is `Send + 'static`: spawn it, or await it in place.
     /// Dropping it before it finishes cancels the wait; the GPU work goes on.
-    pub fn wait(&self, stream: CUstream) -> impl Future<Output = Result<(), Error>> + Send + 'static {
+    pub fn wait(
+        &self,
+        stream: CUstream,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'static {
         let fence = self.watch(stream);
         async move { fence?.await }
     }

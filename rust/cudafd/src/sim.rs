@@ -44,8 +44,8 @@ use std::ptr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cudafd_sys::sim as ffi;
 use cudafd_sys as sys;
+use cudafd_sys::sim as ffi;
 
 use crate::driver::{api, Handle, Lib};
 use crate::error::{check, cu, CudaError, Error};
@@ -125,7 +125,6 @@ pub fn load_from(path: &Path) -> Result<&'static Simulator, Error> {
     };
     crate::set_driver(path)?;
     check(unsafe { sys::cudafd_driver_load() }, "cudafd_driver_load")?;
-    std::mem::forget(lib); // used until the process exits
     let s: &'static Simulator = Box::leak(Box::new(s));
     *sim = Some(s);
     Ok(s)
@@ -141,7 +140,10 @@ impl Simulator {
     /// `$CUDAFD_SIM_DEVICES` says otherwise). Each context faults alone.
     pub fn context(&'static self, device: i32) -> Result<Context, Error> {
         let mut raw = ptr::null_mut();
-        cu(unsafe { (self.ctx_create)(device, &mut raw) }, "cudafdsim_ctx_create")?;
+        cu(
+            unsafe { (self.ctx_create)(device, &mut raw) },
+            "cudafdsim_ctx_create",
+        )?;
         Ok(Context(Arc::new(ContextInner { sim: self, raw })))
     }
 
@@ -162,7 +164,9 @@ impl Simulator {
 
 impl std::fmt::Debug for Simulator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Simulator").field("path", &self.path).finish()
+        f.debug_struct("Simulator")
+            .field("path", &self.path)
+            .finish()
     }
 }
 
@@ -221,7 +225,10 @@ impl Context {
     /// The context's sticky fault: `None` while it is healthy.
     pub fn fault(&self) -> Result<Option<CudaError>, Error> {
         let mut fault = 0;
-        cu(unsafe { (self.0.sim.ctx_fault)(self.0.raw, &mut fault) }, "cudafdsim_ctx_fault")?;
+        cu(
+            unsafe { (self.0.sim.ctx_fault)(self.0.raw, &mut fault) },
+            "cudafdsim_ctx_fault",
+        )?;
         Ok(CudaError::new(fault))
     }
 }
@@ -268,13 +275,19 @@ impl Stream {
 
     fn enqueue(&self, duration: Duration, fault: i32) -> Result<(), Error> {
         let ns = duration.as_nanos().min(u64::MAX as u128) as u64;
-        cu(unsafe { (self.ctx.0.sim.launch)(self.raw, ns, fault) }, "cudafdsim_launch")
+        cu(
+            unsafe { (self.ctx.0.sim.launch)(self.raw, ns, fault) },
+            "cudafdsim_launch",
+        )
     }
 
     /// Block until the stream's work so far has run (`cuStreamSynchronize`);
     /// the context's fault if it has one.
     pub fn synchronize(&self) -> Result<(), Error> {
-        cu(unsafe { (api()?.stream_synchronize)(self.raw) }, "cuStreamSynchronize")
+        cu(
+            unsafe { (api()?.stream_synchronize)(self.raw) },
+            "cuStreamSynchronize",
+        )
     }
 }
 

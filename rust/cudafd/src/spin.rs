@@ -78,7 +78,10 @@ impl Device {
         unsafe {
             cu((api.init)(0), "cuInit")?;
             cu((api.device_get)(&mut dev, ordinal), "cuDeviceGet")?;
-            cu((api.primary_ctx_retain)(&mut ctx, dev), "cuDevicePrimaryCtxRetain")?;
+            cu(
+                (api.primary_ctx_retain)(&mut ctx, dev),
+                "cuDevicePrimaryCtxRetain",
+            )?;
         }
         let loaded = api.in_context(ctx, |api| unsafe {
             let (mut module, mut spin) = (ptr::null_mut(), ptr::null_mut());
@@ -130,7 +133,9 @@ impl Device {
 
 impl std::fmt::Debug for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Device").field("ordinal", &self.0.ordinal).finish()
+        f.debug_struct("Device")
+            .field("ordinal", &self.0.ordinal)
+            .finish()
     }
 }
 
@@ -187,7 +192,10 @@ impl Stream {
 
     /// Block until the stream's work so far has run (`cuStreamSynchronize`).
     pub fn synchronize(&self) -> Result<(), Error> {
-        cu(unsafe { (self.dev.0.api.stream_synchronize)(self.raw) }, "cuStreamSynchronize")
+        cu(
+            unsafe { (self.dev.0.api.stream_synchronize)(self.raw) },
+            "cuStreamSynchronize",
+        )
     }
 }
 

@@ -32,7 +32,10 @@ pub struct Stats {
 impl Stats {
     /// The count named `name` (`cudafd_stat_name`), if this library has it.
     pub fn get(&self, name: &str) -> Option<i64> {
-        self.entries.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+        self.entries
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| *v)
     }
 
     /// Every count, in the library's order.

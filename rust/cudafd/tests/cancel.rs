@@ -18,12 +18,23 @@ fn dropping_a_pending_wait_cancels_it() {
             let notifier = Notifier::new(mechanism).unwrap();
             stream.launch(1_500, false);
             // The timeout drops the future, and with it the fence.
-            let r = tokio::time::timeout(Duration::from_millis(10), notifier.wait(stream.raw())).await;
-            assert!(r.is_err(), "{mechanism:?}: a 1.5 s kernel finished within 10 ms");
-            assert_eq!(notifier.pending(), 0, "{mechanism:?}: the dropped wait is still pending");
+            let r =
+                tokio::time::timeout(Duration::from_millis(10), notifier.wait(stream.raw())).await;
+            assert!(
+                r.is_err(),
+                "{mechanism:?}: a 1.5 s kernel finished within 10 ms"
+            );
+            assert_eq!(
+                notifier.pending(),
+                0,
+                "{mechanism:?}: the dropped wait is still pending"
+            );
             // The GPU work went on, and the stream still serves later waits.
             stream.launch(5, false);
-            tokio::time::timeout(LIMIT, notifier.wait(stream.raw())).await.expect("no hang").unwrap();
+            tokio::time::timeout(LIMIT, notifier.wait(stream.raw()))
+                .await
+                .expect("no hang")
+                .unwrap();
             assert_eq!(notifier.pending(), 0);
         });
         drop(rt);
@@ -44,8 +55,15 @@ fn a_completion_queued_for_a_dropped_fence_is_discarded() {
     stream.synchronize().unwrap();
     // Nothing drains here: wait until the completion is queued (the fd is readable).
     let fd = std::os::unix::io::AsRawFd::as_raw_fd(&notifier);
-    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-    assert_eq!(unsafe { libc::poll(&mut p, 1, LIMIT.as_millis() as i32) }, 1);
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    assert_eq!(
+        unsafe { libc::poll(&mut p, 1, LIMIT.as_millis() as i32) },
+        1
+    );
     assert_eq!(notifier.pending(), 1);
     drop(fence);
     // Drained and dropped: nothing is reported, nothing is left.
@@ -67,14 +85,23 @@ fn when_the_leading_fence_is_dropped_another_takes_over() {
         slow.launch(2_000, false);
         let mut leader = notifier.watch(slow.raw()).unwrap();
         // Polled once (it takes the lead: it is the first), then kept, unpolled.
-        assert!(tokio::time::timeout(Duration::from_millis(5), &mut leader).await.is_err());
+        assert!(tokio::time::timeout(Duration::from_millis(5), &mut leader)
+            .await
+            .is_err());
         quick.launch(20, false);
         let follower = tokio::spawn(tokio::time::timeout(LIMIT, notifier.wait(quick.raw())));
         tokio::time::sleep(Duration::from_millis(50)).await;
         let t = Instant::now();
         drop(leader); // the follower must now poll the fd itself
-        follower.await.unwrap().expect("the follower took over").unwrap();
-        assert!(t.elapsed() < Duration::from_millis(1_500), "the follower waited for the slow kernel");
+        follower
+            .await
+            .unwrap()
+            .expect("the follower took over")
+            .unwrap();
+        assert!(
+            t.elapsed() < Duration::from_millis(1_500),
+            "the follower waited for the slow kernel"
+        );
     });
     drop(rt);
     assert_no_leaks();
@@ -89,11 +116,16 @@ fn closing_a_notifier_ends_its_waits() {
         let stream = gpu.stream();
         let notifier = Notifier::new(Mechanism::Event).unwrap();
         stream.launch(2_000, false);
-        let waits: Vec<_> = (0..4).map(|_| tokio::spawn(notifier.wait(stream.raw()))).collect();
+        let waits: Vec<_> = (0..4)
+            .map(|_| tokio::spawn(notifier.wait(stream.raw())))
+            .collect();
         tokio::time::sleep(Duration::from_millis(10)).await;
         notifier.close().unwrap();
         for w in waits {
-            let r = tokio::time::timeout(LIMIT, w).await.expect("no hang").unwrap();
+            let r = tokio::time::timeout(LIMIT, w)
+                .await
+                .expect("no hang")
+                .unwrap();
             assert!(matches!(r, Err(Error::Closed)), "{r:?}");
         }
         assert!(matches!(notifier.watch(stream.raw()), Err(Error::Closed)));
@@ -112,7 +144,10 @@ fn bad_handles_give_errors() {
         let err = notifier.watch(0x1234_5678 as cudafd::CUstream).unwrap_err();
         assert_eq!(err.cuda(), Some(cudafd::CudaError::INVALID_HANDLE), "{err}");
         assert_eq!(err.call(), Some("cudafd_watch_stream"));
-        assert!(err.to_string().contains("CUDA_ERROR_INVALID_HANDLE"), "{err}");
+        assert!(
+            err.to_string().contains("CUDA_ERROR_INVALID_HANDLE"),
+            "{err}"
+        );
     }
     assert!(cudafd::set_driver(std::path::Path::new("/nonexistent/libcuda.so")).is_err());
     drop(notifier);
@@ -135,7 +170,11 @@ fn a_notifier_outlives_its_runtime() {
     drop(rt); // its reactor is gone; a blocking wait still works, and so does the drop
     fence.wait(Some(LIMIT)).unwrap();
     stream.launch(5, false);
-    notifier.watch(stream.raw()).unwrap().wait(Some(LIMIT)).unwrap();
+    notifier
+        .watch(stream.raw())
+        .unwrap()
+        .wait(Some(LIMIT))
+        .unwrap();
     drop((fence, notifier));
     assert_no_leaks();
 }

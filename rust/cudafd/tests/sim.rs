@@ -9,7 +9,11 @@ static SERIAL: Mutex<()> = Mutex::new(());
 const LIMIT: Duration = Duration::from_secs(20);
 
 fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 #[test]
@@ -24,7 +28,9 @@ fn a_fault_stays_in_its_context_and_keeps_its_code() {
         let (bad_stream, good_stream) = (bad.stream().unwrap(), good.stream().unwrap());
         let notifier = Notifier::new(Mechanism::Event).unwrap();
         good_stream.launch(Duration::from_millis(100)).unwrap();
-        bad_stream.launch_fault(Duration::from_millis(10), CudaError::LAUNCH_FAILED).unwrap();
+        bad_stream
+            .launch_fault(Duration::from_millis(10), CudaError::LAUNCH_FAILED)
+            .unwrap();
         let (b, g) = tokio::join!(
             tokio::time::timeout(LIMIT, notifier.wait(bad_stream.as_raw())),
             tokio::time::timeout(LIMIT, notifier.wait(good_stream.as_raw())),
@@ -36,7 +42,8 @@ fn a_fault_stays_in_its_context_and_keeps_its_code() {
             }
             other => panic!("{other:?}"),
         }
-        g.expect("no hang").expect("the other context is unaffected");
+        g.expect("no hang")
+            .expect("the other context is unaffected");
         assert_eq!(bad.fault().unwrap(), Some(CudaError::LAUNCH_FAILED));
         assert_eq!(good.fault().unwrap(), None);
         assert!(bad_stream.synchronize().is_err());
@@ -46,7 +53,10 @@ fn a_fault_stays_in_its_context_and_keeps_its_code() {
         panic!("live counts not back to zero: {:?}", s.live());
     }
     let after = sim.stats();
-    assert_eq!((after.contexts, after.streams, after.events), (before.contexts, before.streams, before.events));
+    assert_eq!(
+        (after.contexts, after.streams, after.events),
+        (before.contexts, before.streams, before.events)
+    );
     assert!(after.kernels_run >= before.kernels_run + 2);
 }
 
@@ -58,7 +68,10 @@ fn a_watch_after_the_notifier_outlives_its_handle() {
     let stream = ctx.stream().unwrap();
     stream.launch(Duration::from_millis(20)).unwrap();
     // The fence keeps the notifier alive after its last handle is dropped.
-    let mut fence = Notifier::new(Mechanism::Event).unwrap().watch(stream.as_raw()).unwrap();
+    let mut fence = Notifier::new(Mechanism::Event)
+        .unwrap()
+        .watch(stream.as_raw())
+        .unwrap();
     assert_eq!(cudafd::stats().get("notifiers"), Some(1));
     fence.wait(Some(LIMIT)).unwrap();
     drop(fence);

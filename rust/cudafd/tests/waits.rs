@@ -33,20 +33,31 @@ fn waits_on_one_stream_complete_in_order_and_not_early() {
                 stream.launch(*ms, false);
                 end_ms += ms;
                 let fence = notifier.watch(stream.raw()).unwrap();
-                seen.lock().unwrap().push(notifier.watch(stream.raw()).unwrap());
+                seen.lock()
+                    .unwrap()
+                    .push(notifier.watch(stream.raw()).unwrap());
                 let seen = seen.clone();
                 tasks.push(tokio::spawn(async move {
-                    tokio::time::timeout(LIMIT, fence).await.expect("no hang").unwrap();
+                    tokio::time::timeout(LIMIT, fence)
+                        .await
+                        .expect("no hang")
+                        .unwrap();
                     let took = start.elapsed();
                     for (j, earlier) in seen.lock().unwrap()[..i].iter_mut().enumerate() {
-                        assert!(matches!(earlier.try_wait(), Some(Ok(()))), "point {i} done before point {j}");
+                        assert!(
+                            matches!(earlier.try_wait(), Some(Ok(()))),
+                            "point {i} done before point {j}"
+                        );
                     }
                     (took, end_ms)
                 }));
             }
             for t in tasks {
                 let (took, end_ms) = t.await.unwrap();
-                assert!(took >= Duration::from_millis(end_ms), "{mechanism:?}: done after {took:?}, its work takes {end_ms} ms");
+                assert!(
+                    took >= Duration::from_millis(end_ms),
+                    "{mechanism:?}: done after {took:?}, its work takes {end_ms} ms"
+                );
             }
             for f in seen.lock().unwrap().iter_mut() {
                 f.wait(Some(LIMIT)).unwrap();
@@ -75,7 +86,10 @@ fn many_tasks_on_a_multi_threaded_runtime_share_one_notifier() {
                     let start = Instant::now();
                     let ms = 1 + (i % 3) as u64;
                     stream.launch(ms, false);
-                    tokio::time::timeout(LIMIT, notifier.wait(stream.raw())).await.expect("no hang").unwrap();
+                    tokio::time::timeout(LIMIT, notifier.wait(stream.raw()))
+                        .await
+                        .expect("no hang")
+                        .unwrap();
                     assert!(start.elapsed() >= Duration::from_millis(ms));
                     tokio::task::yield_now().await;
                 }
@@ -116,7 +130,10 @@ fn blocking_waits_and_tasks_share_one_notifier() {
             } else {
                 tasks.push(tokio::spawn(async move {
                     let (_stream, fence) = work();
-                    tokio::time::timeout(LIMIT, fence).await.expect("no hang").unwrap();
+                    tokio::time::timeout(LIMIT, fence)
+                        .await
+                        .expect("no hang")
+                        .unwrap();
                 }));
             }
         }
@@ -145,7 +162,11 @@ fn without_a_runtime_a_poll_loop_drives_the_fences() {
     let mut finished = Vec::new();
     while finished.len() < 2 {
         assert!(Instant::now() < deadline, "no completion");
-        let mut p = libc::pollfd { fd: fa.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let mut p = libc::pollfd {
+            fd: fa.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
         assert!(unsafe { libc::poll(&mut p, 1, 1000) } >= 0);
         for (name, f) in [("a", &mut fa), ("b", &mut fb)] {
             if !f.is_finished() {
@@ -159,7 +180,11 @@ fn without_a_runtime_a_poll_loop_drives_the_fences() {
     // b's 5 ms kernel ran beside a's 1 s one on another stream.
     assert_eq!(finished, ["b", "a"]);
     // Drained to empty: the fd is clear.
-    let mut p = libc::pollfd { fd: notifier.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    let mut p = libc::pollfd {
+        fd: notifier.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
     assert_eq!(unsafe { libc::poll(&mut p, 1, 0) }, 0);
     drop((fa, fb, notifier));
     assert_no_leaks();
@@ -174,7 +199,11 @@ fn without_tokio_a_dispatch_thread_completes_awaited_fences() {
         let (n, stop) = (notifier.clone(), stop.clone());
         std::thread::spawn(move || {
             while !stop.load(Ordering::Acquire) {
-                let mut p = libc::pollfd { fd: n.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+                let mut p = libc::pollfd {
+                    fd: n.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
                 unsafe { libc::poll(&mut p, 1, 20) };
                 n.dispatch().unwrap();
             }
@@ -183,7 +212,10 @@ fn without_tokio_a_dispatch_thread_completes_awaited_fences() {
     let gpu = Gpu::open();
     let streams: Vec<_> = (0..4).map(|_| gpu.stream()).collect();
     // A current-thread runtime only as an executor: the notifier has no reactor.
-    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let mut fences = Vec::new();
         for (i, s) in streams.iter().enumerate() {
@@ -191,7 +223,10 @@ fn without_tokio_a_dispatch_thread_completes_awaited_fences() {
             fences.push(notifier.wait(s.raw()));
         }
         for f in fences {
-            tokio::time::timeout(LIMIT, f).await.expect("no hang").unwrap();
+            tokio::time::timeout(LIMIT, f)
+                .await
+                .expect("no hang")
+                .unwrap();
         }
     });
     stop.store(true, Ordering::Release);
@@ -209,12 +244,19 @@ fn a_blocking_wait_times_out_and_stays_pending() {
     let t = Instant::now();
     stream.launch(1_500, false);
     let mut fence = notifier.watch(stream.raw()).unwrap();
-    assert!(matches!(fence.wait(Some(Duration::from_millis(20))), Err(cudafd::Error::Timeout)));
+    assert!(matches!(
+        fence.wait(Some(Duration::from_millis(20))),
+        Err(cudafd::Error::Timeout)
+    ));
     assert!(t.elapsed() >= Duration::from_millis(20));
     assert!(!fence.is_finished());
     assert_eq!(notifier.pending(), 1);
     fence.wait(Some(LIMIT)).unwrap();
-    assert!(t.elapsed() >= Duration::from_millis(1_500), "done after {:?}", t.elapsed());
+    assert!(
+        t.elapsed() >= Duration::from_millis(1_500),
+        "done after {:?}",
+        t.elapsed()
+    );
     // The outcome stays: a second wait returns it again at once.
     fence.wait(Some(Duration::ZERO)).unwrap();
     drop((fence, notifier));

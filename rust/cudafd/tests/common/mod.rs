@@ -53,7 +53,12 @@ impl Gpu {
         if real() {
             Gpu::Real(spin::Device::open(0).expect("device 0 opens"))
         } else {
-            Gpu::Sim(sim::load().unwrap().context(0).expect("a simulated context"))
+            Gpu::Sim(
+                sim::load()
+                    .unwrap()
+                    .context(0)
+                    .expect("a simulated context"),
+            )
         }
     }
 
