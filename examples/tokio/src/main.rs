@@ -149,7 +149,10 @@ async fn run(opts: Options) -> Result<bool, Error> {
                 }
                 // Covers everything enqueued on the stream so far: another task's
                 // kernel launched in between can delay it, never make it early.
-                (finish(notifier.wait(stream.as_raw())).await, start.elapsed())
+                // A binding of its own: before Rust 1.64 the raw stream handle
+                // in the awaited expression would make the task !Send.
+                let wait = notifier.wait(stream.as_raw());
+                (finish(wait).await, start.elapsed())
             })
         })
         .collect();

@@ -20,7 +20,8 @@ async fn main() -> Result<(), cudafd::Error> {
         tasks.push(tokio::spawn(async move {
             let start = Instant::now();
             stream.launch(Duration::from_millis(1 + i), false)?;
-            notifier.wait(stream.as_raw()).await?;
+            let wait = notifier.wait(stream.as_raw()); // see Notifier::wait on Rust < 1.64
+            wait.await?;
             Ok::<_, cudafd::Error>(start.elapsed())
         }));
     }

@@ -358,6 +358,10 @@ impl Notifier {
     /// of the outcome: `Ok(())` once the GPU passed the point, else the
     /// error. The future is `Send + 'static`: spawn it, or await it in place.
     /// Dropping it before it finishes cancels the wait; the GPU work goes on.
+    ///
+    /// In a spawned task on Rust before 1.64, bind the future first
+    /// (`let w = notifier.wait(s); w.await`): there a raw stream pointer in
+    /// the awaited expression makes the task's future `!Send`.
     pub fn wait(
         &self,
         stream: CUstream,

@@ -86,7 +86,10 @@ fn many_tasks_on_a_multi_threaded_runtime_share_one_notifier() {
                     let start = Instant::now();
                     let ms = 1 + (i % 3) as u64;
                     stream.launch(ms, false);
-                    tokio::time::timeout(LIMIT, notifier.wait(stream.raw()))
+                    // A binding of its own: before Rust 1.64 the raw stream
+                    // handle in the awaited expression would make the task !Send.
+                    let wait = notifier.wait(stream.raw());
+                    tokio::time::timeout(LIMIT, wait)
                         .await
                         .expect("no hang")
                         .unwrap();
