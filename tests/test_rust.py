@@ -48,6 +48,8 @@ def test_cargo_test_on_the_simulator():
                  "many_tasks_on_a_multi_threaded_runtime_share_one_notifier",
                  "waits_on_one_stream_complete_in_order_and_not_early"):
         assert f"test {name} ... ok" in out, f"{name} did not run:\n{out[-6000:]}"
+    # The core builds without Tokio too (fd, dispatch, blocking waits).
+    cargo("build", "--offline", "-p", "cudafd", "--no-default-features", "--lib", cwd=RUST, timeout=300)
 
 
 @pytest.mark.timeout(900)

@@ -31,6 +31,7 @@
 //! `cudafd_check`, `cudafd_set_clock`) and the answer board
 //! (`cudafd_board_*`) are not declared here.
 #![allow(non_camel_case_types)]
+#![warn(missing_docs)]
 
 use std::os::raw::{c_char, c_int};
 
@@ -102,7 +103,9 @@ pub struct cudafd_completion {
 
 extern "C" {
     // ---- library and driver ----
+    /// The library's `CUDAFD_ABI_VERSION`: check it against [`CUDAFD_ABI_VERSION`].
     pub fn cudafd_abi_version() -> c_int;
+    /// The library's version, e.g. "0.1.0" (static).
     pub fn cudafd_version() -> *const c_char;
     /// Thread-local description of the last failure on this thread ("" if none).
     pub fn cudafd_last_error() -> *const c_char;
@@ -118,7 +121,9 @@ extern "C" {
     pub fn cudafd_driver_version(version: *mut c_int) -> c_int;
     /// The driver's name for a `CUresult`; never NULL.
     pub fn cudafd_cuda_error_name(code: c_int) -> *const c_char;
+    /// Set a `CUDAFD_OPT_*` tunable (process-wide; takes effect for new waits).
     pub fn cudafd_set_option(option: c_int, value: i64) -> c_int;
+    /// Read a `CUDAFD_OPT_*` tunable.
     pub fn cudafd_get_option(option: c_int, value: *mut i64) -> c_int;
     /// `CUDAFD_OK` if the mechanism can be used here, else why not.
     pub fn cudafd_mechanism_available(mechanism: c_int) -> c_int;

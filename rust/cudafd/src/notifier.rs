@@ -156,8 +156,10 @@ unsafe impl Send for Inner {}
 unsafe impl Sync for Inner {}
 
 /// The eventfd as the reactor sees it; the C notifier owns and closes it.
+#[cfg(feature = "tokio")]
 pub(crate) struct Fd(RawFd);
 
+#[cfg(feature = "tokio")]
 impl AsRawFd for Fd {
     fn as_raw_fd(&self) -> RawFd {
         self.0
