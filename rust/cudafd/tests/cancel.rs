@@ -178,3 +178,43 @@ fn a_notifier_outlives_its_runtime() {
     drop((fence, notifier));
     assert_no_leaks();
 }
+
+#[test]
+fn waits_cancelled_at_random_never_hold_up_the_others() {
+    let _serial = start();
+    let rt = runtime(4);
+    rt.block_on(async {
+        let gpu = std::sync::Arc::new(Gpu::open());
+        let streams: std::sync::Arc<Vec<_>> = std::sync::Arc::new((0..6).map(|_| gpu.stream()).collect());
+        let notifier = Notifier::new(Mechanism::Event).unwrap();
+        let mut tasks = Vec::new();
+        for i in 0..120usize {
+            let (streams, notifier) = (streams.clone(), notifier.clone());
+            tasks.push(tokio::spawn(async move {
+                let stream = &streams[i % streams.len()];
+                for round in 0..5usize {
+                    stream.launch(1 + ((i + round) % 4) as u64, false);
+                    // Every third wait is given up at once or soon: the lead, when it
+                    // has it, must pass on to a fence still waiting.
+                    let wait = notifier.wait(stream.raw());
+                    match (i + round) % 3 {
+                        0 => drop(wait),
+                        1 => {
+                            let _ = tokio::time::timeout(Duration::from_micros(300), wait).await;
+                        }
+                        _ => tokio::time::timeout(LIMIT, wait).await.expect("no hang").unwrap(),
+                    }
+                }
+                // A last wait that must finish.
+                let wait = notifier.wait(stream.raw());
+                tokio::time::timeout(LIMIT, wait).await.expect("no hang").unwrap();
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(notifier.pending(), 0);
+    });
+    drop(rt);
+    assert_no_leaks();
+}
