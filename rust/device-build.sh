@@ -3,7 +3,8 @@
 # the cudafd crate's tests and the Tokio example against its real driver.
 #   bash rust/device-build.sh [DEST]     (default: .carry/rust at the repository root)
 # DEST then holds the test binaries waits, cancel, fault, sim and the example
-# cudafd-tokio (release builds, no debug info). Run them there with
+# cudafd-tokio (release builds, no debug info; by default also copied to
+# .carry/cudafd-tokio, where bench/device_run.sh looks for it). Run them there with
 # rust/device-test.sh DEST. They need the GPU machine's own libcudafd.so
 # (make -C native), found through LD_LIBRARY_PATH; nothing else.
 set -euo pipefail
@@ -27,4 +28,8 @@ for line in sys.stdin:
 (cd "$root/examples/tokio" && cargo build --offline --release --quiet)
 cp "$CARGO_TARGET_DIR/release/cudafd-tokio" "$dest/cudafd-tokio"
 echo "$dest/cudafd-tokio"
+if [[ $# == 0 ]]; then  # where bench/device_run.sh looks for the example
+    cp "$dest/cudafd-tokio" "$root/.carry/cudafd-tokio"
+    echo "$root/.carry/cudafd-tokio"
+fi
 du -sh "$dest"

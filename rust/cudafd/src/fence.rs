@@ -112,6 +112,7 @@ impl Fence {
         loop {
             if let Some(r) = settle(self.token, &mut self.done, &mut st, &mut wake) {
                 drop(st);
+                inner.changed.notify_all(); // another blocking wait may take the lead
                 wake_all(wake);
                 return r;
             }

@@ -191,6 +191,7 @@ impl Inner {
         let mut batch = [sys::cudafd_completion::default(); 64];
         let mut wake = Vec::new();
         let mut total = 0;
+        let mut closed = false;
         let result = {
             let mut st = self.lock();
             loop {
@@ -199,6 +200,7 @@ impl Inner {
                 };
                 if got == sys::CUDAFD_E_CLOSED {
                     st.closed = true;
+                    closed = true;
                     wake.extend(st.waits.values_mut().filter_map(|s| s.waker.take()));
                     break Ok(total);
                 }
@@ -221,8 +223,8 @@ impl Inner {
                 }
             }
         };
-        if total > 0 || !wake.is_empty() {
-            self.changed.notify_all();
+        if total > 0 || closed {
+            self.changed.notify_all(); // blocking waits look at their slots again
         }
         for w in wake {
             w.wake();

@@ -185,7 +185,8 @@ fn waits_cancelled_at_random_never_hold_up_the_others() {
     let rt = runtime(4);
     rt.block_on(async {
         let gpu = std::sync::Arc::new(Gpu::open());
-        let streams: std::sync::Arc<Vec<_>> = std::sync::Arc::new((0..6).map(|_| gpu.stream()).collect());
+        let streams: std::sync::Arc<Vec<_>> =
+            std::sync::Arc::new((0..6).map(|_| gpu.stream()).collect());
         let notifier = Notifier::new(Mechanism::Event).unwrap();
         let mut tasks = Vec::new();
         for i in 0..120usize {
@@ -202,12 +203,18 @@ fn waits_cancelled_at_random_never_hold_up_the_others() {
                         1 => {
                             let _ = tokio::time::timeout(Duration::from_micros(300), wait).await;
                         }
-                        _ => tokio::time::timeout(LIMIT, wait).await.expect("no hang").unwrap(),
+                        _ => tokio::time::timeout(LIMIT, wait)
+                            .await
+                            .expect("no hang")
+                            .unwrap(),
                     }
                 }
                 // A last wait that must finish.
                 let wait = notifier.wait(stream.raw());
-                tokio::time::timeout(LIMIT, wait).await.expect("no hang").unwrap();
+                tokio::time::timeout(LIMIT, wait)
+                    .await
+                    .expect("no hang")
+                    .unwrap();
             }));
         }
         for t in tasks {
@@ -216,5 +223,33 @@ fn waits_cancelled_at_random_never_hold_up_the_others() {
         assert_eq!(notifier.pending(), 0);
     });
     drop(rt);
+    assert_no_leaks();
+}
+
+#[test]
+fn closing_a_notifier_ends_blocking_waits() {
+    let _serial = start();
+    let gpu = Gpu::open();
+    let stream = gpu.stream();
+    let notifier = Notifier::new(Mechanism::Event).unwrap();
+    stream.launch(2_000, false);
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let mut fence = notifier.watch(stream.raw()).unwrap();
+            std::thread::spawn(move || fence.wait(Some(LIMIT)))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(20));
+    let t = Instant::now();
+    notifier.close().unwrap();
+    for th in threads {
+        let r = th.join().unwrap();
+        assert!(matches!(r, Err(Error::Closed)), "{r:?}");
+    }
+    assert!(
+        t.elapsed() < Duration::from_millis(1_500),
+        "the 2 s kernel ended first"
+    );
+    drop(notifier);
     assert_no_leaks();
 }
