@@ -45,6 +45,7 @@ const SLICE: Duration = Duration::from_millis(50);
 /// A fault of the stream's context ends the fence in [`Error::Gpu`] (e.g.
 /// `CUDA_ERROR_ILLEGAL_ADDRESS`), as it ends every pending wait of that
 /// context, at once, also waits whose own work had not started.
+#[must_use = "dropping a fence cancels its wait"]
 pub struct Fence {
     inner: Arc<Inner>,
     token: u64,
