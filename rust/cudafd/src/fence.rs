@@ -1,0 +1,316 @@
+//! A fence: one watched point, awaitable, pollable through its notifier's
+//! fd, or waited for by blocking.
+
+use std::future::Future;
+use std::os::unix::io::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use crate::error::Error;
+use crate::notifier::{outcome, Inner, Notifier, State};
+
+/// How long a blocking wait sleeps at most before it looks again, for
+/// completions that another thread drained meanwhile.
+const SLICE: Duration = Duration::from_millis(50);
+
+/// One watched point on a stream (or an event's record): a future of its
+/// outcome, `Ok(())` or the error the work or its context ended in.
+///
+/// Made by [`Notifier::watch`] or [`Notifier::watch_event`]; the point is
+/// the stream's end at that call. Three ways to wait:
+///
+/// - `.await` it. With the notifier registered with a Tokio reactor
+///   ([`Notifier::has_reactor`]), that is all. Otherwise something must call
+///   [`Notifier::dispatch`] when the fd is readable.
+/// - Poll its fd ([`AsRawFd`]: the notifier's fd, readable when any of the
+///   notifier's completions is queued), then call [`try_wait`](Fence::try_wait).
+/// - Block the thread in [`wait`](Fence::wait) (never inside an async task).
+///
+/// Dropping a fence that has not finished cancels its wait: cudafd forgets
+/// it and the GPU work goes on, unaffected.
+///
+/// # Threads and polling
+///
+/// A fence is `Send + Sync`: move it to any thread or task. Among the fences
+/// of a notifier being awaited, one at a time polls the fd for all of them;
+/// when it finishes or is dropped, another takes over. So a fence that was
+/// polled must be polled again when its task is woken, or be dropped, as
+/// `.await`, `select!` and `join!` do: a fence left polled once and then
+/// neither polled nor dropped can hold up the others.
+///
+/// # Faults
+///
+/// A fault of the stream's context ends the fence in [`Error::Gpu`] (e.g.
+/// `CUDA_ERROR_ILLEGAL_ADDRESS`), as it ends every pending wait of that
+/// context, at once, also waits whose own work had not started.
+#[must_use = "dropping a fence cancels its wait"]
+pub struct Fence {
+    inner: Arc<Inner>,
+    token: u64,
+    /// The outcome, once known (returned again to later calls).
+    done: Option<Result<(), Error>>,
+}
+
+impl Fence {
+    pub(crate) fn new(inner: Arc<Inner>, token: u64) -> Fence {
+        Fence {
+            inner,
+            token,
+            done: None,
+        }
+    }
+
+    /// The cudafd token of the wait (unique within its notifier).
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The notifier that watches it.
+    pub fn notifier(&self) -> Notifier {
+        Notifier {
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// Whether the outcome is known (to this fence: a completion not yet
+    /// drained does not count).
+    pub fn is_finished(&self) -> bool {
+        self.done.is_some()
+    }
+
+    /// The outcome if the wait finished, without blocking: drains the
+    /// notifier's queued completions first ([`Notifier::dispatch`]).
+    /// `None`: still pending. For `poll(2)` loops: call it when the fd is
+    /// readable.
+    pub fn try_wait(&mut self) -> Option<Result<(), Error>> {
+        if self.done.is_none() {
+            if let Err(e) = self.inner.dispatch() {
+                return Some(Err(e));
+            }
+        }
+        let inner = self.inner.clone();
+        let mut wake = Vec::new();
+        let r = settle(self.token, &mut self.done, &mut inner.lock(), &mut wake);
+        if r.is_some() {
+            inner.changed.notify_all();
+        }
+        wake_all(wake);
+        r
+    }
+
+    /// Block the calling thread until the wait finished or `timeout` passed
+    /// (`None`: no limit). On [`Error::Timeout`] the wait stays pending: wait
+    /// again, or drop the fence to cancel it. Any number of threads may
+    /// block on fences of one notifier; one of them polls the fd for all.
+    /// Do not call it on an async runtime's thread.
+    pub fn wait(&mut self, timeout: Option<Duration>) -> Result<(), Error> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let inner = self.inner.clone();
+        let mut wake = Vec::new();
+        let mut st = inner.lock();
+        loop {
+            if let Some(r) = settle(self.token, &mut self.done, &mut st, &mut wake) {
+                drop(st);
+                inner.changed.notify_all(); // another blocking wait may take the lead
+                wake_all(wake);
+                return r;
+            }
+            let slice = match deadline {
+                None => SLICE,
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => left.min(SLICE),
+                    _ => {
+                        if st.release(self.token, &mut wake) {
+                            inner.changed.notify_all();
+                        }
+                        drop(st);
+                        wake_all(wake);
+                        return Err(Error::Timeout);
+                    }
+                },
+            };
+            match st.leader {
+                Some(t) if t != self.token => {
+                    st = match inner.changed.wait_timeout(st, slice) {
+                        Ok((g, _)) => g,
+                        Err(p) => p.into_inner().0,
+                    };
+                }
+                _ => {
+                    st.leader = Some(self.token);
+                    drop(st);
+                    let r = poll_readable(inner.fd, slice).and_then(|_| inner.dispatch());
+                    st = inner.lock();
+                    if let Err(e) = r {
+                        if st.release(self.token, &mut wake) {
+                            inner.changed.notify_all();
+                        }
+                        drop(st);
+                        wake_all(wake);
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The fence's outcome if known: its drained status, or Closed. Gives up
+/// the lead when it is known.
+fn settle(
+    token: u64,
+    done: &mut Option<Result<(), Error>>,
+    st: &mut State,
+    wake: &mut Vec<Waker>,
+) -> Option<Result<(), Error>> {
+    if done.is_none() {
+        let status = st.waits.get(&token).and_then(|s| s.status);
+        if let Some(status) = status {
+            st.waits.remove(&token);
+            *done = Some(outcome(status));
+        } else if st.closed {
+            st.waits.remove(&token);
+            *done = Some(Err(Error::Closed));
+        }
+    }
+    if done.is_some() {
+        st.release(token, wake);
+    }
+    done.clone()
+}
+
+fn wake_all(wake: Vec<Waker>) {
+    for w in wake {
+        w.wake();
+    }
+}
+
+/// Wait up to `timeout` for `fd` to be readable (an early return is fine).
+fn poll_readable(fd: RawFd, timeout: Duration) -> Result<(), Error> {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // Rounded up, so that a wait never returns before its deadline.
+    let ms = (timeout.as_nanos() + 999_999) / 1_000_000;
+    let rc = unsafe { libc::poll(&mut p, 1, ms.min(i32::MAX as u128) as libc::c_int) };
+    if rc < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(Error::io(e));
+        }
+    }
+    Ok(())
+}
+
+impl Future for Fence {
+    type Output = Result<(), Error>;
+
+    /// Ready once the wait finished (polling again returns the same outcome).
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let inner = this.inner.clone();
+        loop {
+            let mut wake = Vec::new();
+            {
+                let mut st = inner.lock();
+                if let Some(r) = settle(this.token, &mut this.done, &mut st, &mut wake) {
+                    drop(st);
+                    wake_all(wake);
+                    inner.changed.notify_all(); // a blocking waiter may take the lead
+                    return Poll::Ready(r);
+                }
+                if let Some(slot) = st.waits.get_mut(&this.token) {
+                    if !slot
+                        .waker
+                        .as_ref()
+                        .map_or(false, |w| w.will_wake(cx.waker()))
+                    {
+                        slot.waker = Some(cx.waker().clone());
+                    }
+                }
+                if !inner.has_reactor() {
+                    return Poll::Pending; // woken by whoever dispatches
+                }
+                match st.leader {
+                    None => st.leader = Some(this.token),
+                    Some(t) if t == this.token => {}
+                    Some(_) => return Poll::Pending, // the leader wakes us
+                }
+            }
+            match lead(&inner, cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(())) => {} // dispatched: look again
+                Poll::Ready(Err(e)) => {
+                    let mut st = inner.lock();
+                    st.release(this.token, &mut wake);
+                    drop(st);
+                    inner.changed.notify_all();
+                    wake_all(wake);
+                    this.done = Some(Err(e.clone()));
+                    return Poll::Ready(Err(e));
+                }
+            }
+        }
+    }
+}
+
+/// As the leader: wait for the fd through the reactor, then dispatch.
+#[cfg(feature = "tokio")]
+fn lead(inner: &Inner, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+    let reactor = match &inner.reactor {
+        Some(r) => r,
+        None => return Poll::Pending,
+    };
+    match reactor.poll_read_ready(cx) {
+        Poll::Pending => Poll::Pending,
+        Poll::Ready(Err(e)) => Poll::Ready(Err(Error::io(e))),
+        Poll::Ready(Ok(mut guard)) => {
+            let r = inner.dispatch();
+            // Drained to empty: the reactor may now wait for the next edge (a
+            // completion queued since has raised one, which this keeps).
+            guard.clear_ready();
+            Poll::Ready(r.map(|_| ()))
+        }
+    }
+}
+
+#[cfg(not(feature = "tokio"))]
+fn lead(_inner: &Inner, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+    Poll::Pending
+}
+
+impl AsRawFd for Fence {
+    /// The notifier's eventfd: readable while any of its completions is
+    /// queued (not only this fence's). Poll it, then call
+    /// [`try_wait`](Fence::try_wait).
+    fn as_raw_fd(&self) -> RawFd {
+        self.inner.fd
+    }
+}
+
+impl AsFd for Fence {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // Safety: the fd stays open as long as `inner` lives.
+        unsafe { BorrowedFd::borrow_raw(self.inner.fd) }
+    }
+}
+
+impl Drop for Fence {
+    /// An unfinished wait is cancelled (detached: the GPU work goes on).
+    fn drop(&mut self) {
+        self.inner.forget(self.token);
+    }
+}
+
+impl std::fmt::Debug for Fence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fence")
+            .field("token", &self.token)
+            .field("done", &self.done)
+            .finish()
+    }
+}

@@ -1,0 +1,462 @@
+//! The notifier: one cudafd notifier, its eventfd, and the table that routes
+//! each completion to its [`Fence`].
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::os::raw::{c_int, c_void};
+use std::os::unix::io::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::ptr::{self, NonNull};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::task::Waker;
+
+use cudafd_sys as sys;
+
+use crate::error::{check, CudaError, Error};
+use crate::fence::Fence;
+
+/// A raw `CUstream` handle, as the driver API and every CUDA binding have it.
+///
+/// Null is the legacy default stream of the calling thread's current
+/// context; [`CU_STREAM_LEGACY`] and [`CU_STREAM_PER_THREAD`] are accepted
+/// too. See the crate documentation for how to get one from cudarc and
+/// other bindings.
+pub type CUstream = *mut c_void;
+
+/// A raw `CUevent` handle.
+pub type CUevent = *mut c_void;
+
+/// `CU_STREAM_LEGACY`: the legacy default stream of the current context.
+pub const CU_STREAM_LEGACY: CUstream = 0x1 as CUstream;
+/// `CU_STREAM_PER_THREAD`: the calling thread's default stream in the current context.
+pub const CU_STREAM_PER_THREAD: CUstream = 0x2 as CUstream;
+
+/// How a notifier learns that the GPU passed a point (`CUDAFD_MECH_*`).
+///
+/// All three report the same completions and faults; they differ in what
+/// they cost while waits are pending. `Event` suits most programs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Mechanism {
+    /// A pooled event recorded on the stream; a shared poller thread spins
+    /// briefly, then paces its queries; long waits go to blocking waiters.
+    #[default]
+    Event,
+    /// `cuLaunchHostFunc` on a side stream; a watchdog thread surfaces faults
+    /// (a host function never runs after one).
+    HostFunc,
+    /// A pooled event; a shared waiter thread polls while waits are pending
+    /// (lowest latency, one busy core meanwhile).
+    Spin,
+}
+
+impl Mechanism {
+    fn raw(self) -> c_int {
+        match self {
+            Mechanism::Event => sys::CUDAFD_MECH_EVENT,
+            Mechanism::HostFunc => sys::CUDAFD_MECH_HOSTFUNC,
+            Mechanism::Spin => sys::CUDAFD_MECH_SPIN,
+        }
+    }
+
+    /// Whether this mechanism can be used with the loaded driver (loads it);
+    /// the error says why not.
+    pub fn available(self) -> Result<(), Error> {
+        check(
+            unsafe { sys::cudafd_mechanism_available(self.raw()) },
+            "cudafd_mechanism_available",
+        )
+    }
+}
+
+/// A handle on one cudafd notifier: watches streams and events, and owns the
+/// eventfd that becomes readable when one of its waits finishes.
+///
+/// # Threads
+///
+/// `Notifier` is `Send + Sync` and cheap to clone (an `Arc`): share one
+/// across every task and thread of the program. Each [`Fence`] keeps the
+/// notifier alive; the C notifier and its fd are destroyed when the last
+/// handle and the last fence are gone. cudafd's own threads (shared by all
+/// notifiers) only queue completions and write the eventfd; they never run
+/// Rust code. Wakers are woken on whichever thread drains the completions.
+///
+/// # Driving
+///
+/// One caller at a time drains the fd and hands every completion to its
+/// fence (the *leader*): with the `tokio` feature, in a notifier created
+/// inside a Tokio runtime, that is one of the fences being awaited, through
+/// the runtime's reactor, and nothing else is needed. Elsewhere (async-io,
+/// smol, a `poll(2)` loop), poll [`as_raw_fd`](AsRawFd::as_raw_fd) for
+/// readability and call [`dispatch`](Notifier::dispatch) (see the crate
+/// documentation), or block in [`Fence::wait`].
+///
+/// # Faults
+///
+/// A fault is sticky for its CUDA context: every pending wait of that
+/// context (on any notifier) ends in [`Error::Gpu`] with the context's
+/// error, and so does every later one. Waits in other contexts go on.
+#[derive(Clone)]
+pub struct Notifier {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// A completion's slot: its status once drained, and who to wake.
+#[derive(Default)]
+pub(crate) struct Slot {
+    pub(crate) status: Option<i64>,
+    pub(crate) waker: Option<Waker>,
+}
+
+pub(crate) struct State {
+    /// Every live fence's token, and completions drained before their
+    /// fence's watch call returned.
+    pub(crate) waits: HashMap<u64, Slot>,
+    /// Tokens dropped after their completion was queued: discarded when drained.
+    pub(crate) cancelled: HashSet<u64>,
+    /// The token whose fence polls the fd now.
+    pub(crate) leader: Option<u64>,
+    /// cudafd_drain said the notifier is closed.
+    pub(crate) closed: bool,
+}
+
+impl State {
+    /// Give up the lead if `token` has it: another waiting fence is woken to
+    /// take it (returned, to be woken after the lock is released).
+    pub(crate) fn release(&mut self, token: u64, wake: &mut Vec<Waker>) -> bool {
+        if self.leader != Some(token) {
+            return false;
+        }
+        self.leader = None;
+        if let Some(w) = self
+            .waits
+            .iter_mut()
+            .filter(|(t, s)| **t != token && s.status.is_none())
+            .find_map(|(_, s)| s.waker.clone())
+        {
+            wake.push(w);
+        }
+        true
+    }
+}
+
+pub(crate) struct Inner {
+    raw: NonNull<sys::cudafd_notifier>,
+    pub(crate) fd: RawFd,
+    mechanism: Mechanism,
+    state: Mutex<State>,
+    /// Signalled whenever completions were dispatched or the lead was given up.
+    pub(crate) changed: Condvar,
+    #[cfg(feature = "tokio")]
+    pub(crate) reactor: Option<tokio::io::unix::AsyncFd<Fd>>,
+}
+
+// Safety: every cudafd call used here is thread-safe (the notifier has its
+// own lock); cudafd_notifier_destroy runs only in Drop, with no other
+// reference left.
+unsafe impl Send for Inner {}
+unsafe impl Sync for Inner {}
+
+/// The eventfd as the reactor sees it; the C notifier owns and closes it.
+#[cfg(feature = "tokio")]
+pub(crate) struct Fd(RawFd);
+
+#[cfg(feature = "tokio")]
+impl AsRawFd for Fd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
+impl Inner {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        // Nothing panics while holding it; a poisoned table is still consistent.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a fence can lead by itself (through a reactor).
+    pub(crate) fn has_reactor(&self) -> bool {
+        #[cfg(feature = "tokio")]
+        {
+            self.reactor.is_some()
+        }
+        #[cfg(not(feature = "tokio"))]
+        {
+            false
+        }
+    }
+
+    /// Drain every queued completion into its slot and wake its fence.
+    /// Drains until the queue is empty, which also clears the fd (so edge-
+    /// and level-triggered polling both work).
+    pub(crate) fn dispatch(&self) -> Result<usize, Error> {
+        let mut batch = [sys::cudafd_completion::default(); 64];
+        let mut wake = Vec::new();
+        let mut total = 0;
+        let mut closed = false;
+        let result = {
+            let mut st = self.lock();
+            loop {
+                let got = unsafe {
+                    sys::cudafd_drain(self.raw.as_ptr(), batch.as_mut_ptr(), batch.len() as c_int)
+                };
+                if got == sys::CUDAFD_E_CLOSED {
+                    st.closed = true;
+                    closed = true;
+                    wake.extend(st.waits.values_mut().filter_map(|s| s.waker.take()));
+                    break Ok(total);
+                }
+                if got < 0 {
+                    break check(got, "cudafd_drain").map(|_| total);
+                }
+                for c in &batch[..got as usize] {
+                    if st.cancelled.remove(&c.token) {
+                        continue;
+                    }
+                    // An unknown token is a fence whose watch call has not
+                    // returned yet: it finds its status here.
+                    let slot = st.waits.entry(c.token).or_default();
+                    slot.status = Some(c.status);
+                    wake.extend(slot.waker.take());
+                }
+                total += got as usize;
+                if (got as usize) < batch.len() {
+                    break Ok(total); // that call emptied the queue and cleared the fd
+                }
+            }
+        };
+        if total > 0 || closed {
+            self.changed.notify_all(); // blocking waits look at their slots again
+        }
+        for w in wake {
+            w.wake();
+        }
+        result
+    }
+
+    fn fence(self: &Arc<Self>, token: u64) -> Fence {
+        self.lock().waits.entry(token).or_default();
+        Fence::new(self.clone(), token)
+    }
+
+    /// Detach a dropped fence's wait (its GPU work goes on).
+    pub(crate) fn forget(&self, token: u64) {
+        let mut wake = Vec::new();
+        {
+            let mut st = self.lock();
+            if let Some(slot) = st.waits.remove(&token) {
+                if slot.status.is_none() && !st.closed {
+                    let rc = unsafe { sys::cudafd_cancel(self.raw.as_ptr(), token) };
+                    if rc == sys::CUDAFD_E_UNKNOWN_TOKEN {
+                        // Completed and queued, not drained yet: drop it then.
+                        st.cancelled.insert(token);
+                    }
+                }
+            }
+            if st.release(token, &mut wake) {
+                self.changed.notify_all();
+            }
+        }
+        for w in wake {
+            w.wake();
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Deregister from the reactor while the fd is still open: after the
+        // destroy its number may belong to another file.
+        #[cfg(feature = "tokio")]
+        drop(self.reactor.take());
+        // Pending waits are detached; their GPU work goes on.
+        unsafe { sys::cudafd_notifier_destroy(self.raw.as_ptr()) }
+    }
+}
+
+impl Notifier {
+    /// A new notifier with its own eventfd (nonblocking, close-on-exec).
+    ///
+    /// Loads the driver if it is not loaded yet: `$CUDAFD_DRIVER` if set,
+    /// else `libcuda.so.1` (see [`set_driver`](crate::set_driver) and
+    /// [`sim`](crate::sim)). With the `tokio` feature and a Tokio runtime
+    /// current on this thread, the fd is registered with that runtime's
+    /// reactor, and fences complete by themselves when awaited on it; use the
+    /// notifier with that runtime only.
+    pub fn new(mechanism: Mechanism) -> Result<Notifier, Error> {
+        let mut raw = ptr::null_mut();
+        check(
+            unsafe { sys::cudafd_notifier_create(mechanism.raw(), &mut raw) },
+            "cudafd_notifier_create",
+        )?;
+        let raw = NonNull::new(raw).ok_or(Error::Cudafd {
+            code: sys::CUDAFD_E_NOMEM,
+            message: "cudafd_notifier_create returned no notifier".into(),
+            call: "cudafd_notifier_create",
+        })?;
+        let fd = unsafe { sys::cudafd_notifier_fd(raw.as_ptr()) };
+        #[allow(unused_mut)] // without tokio nothing more is set
+        let mut inner = Inner {
+            raw,
+            fd,
+            mechanism,
+            state: Mutex::new(State {
+                waits: HashMap::new(),
+                cancelled: HashSet::new(),
+                leader: None,
+                closed: false,
+            }),
+            changed: Condvar::new(),
+            #[cfg(feature = "tokio")]
+            reactor: None,
+        };
+        #[cfg(feature = "tokio")]
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // On error `inner` drops here, destroying the notifier.
+            let afd =
+                tokio::io::unix::AsyncFd::with_interest(Fd(fd), tokio::io::Interest::READABLE)
+                    .map_err(Error::io)?;
+            inner.reactor = Some(afd);
+        }
+        Ok(Notifier {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The mechanism it was created with.
+    pub fn mechanism(&self) -> Mechanism {
+        self.inner.mechanism
+    }
+
+    /// Whether the fd is registered with a Tokio reactor, so that fences
+    /// complete when awaited with no [`dispatch`](Notifier::dispatch) call.
+    pub fn has_reactor(&self) -> bool {
+        self.inner.has_reactor()
+    }
+
+    /// Mark the current end of `stream`: the fence completes once all work
+    /// enqueued on it before this call has finished, or the context faulted.
+    ///
+    /// The point is taken now, not when the fence is first polled. Waits on
+    /// one stream complete in the order they were watched. The stream's
+    /// context is made current where needed and restored after, so any
+    /// thread may call this. `stream` must be a live stream handle (null, or
+    /// [`CU_STREAM_LEGACY`] / [`CU_STREAM_PER_THREAD`], for the calling
+    /// thread's current context): as with any CUDA call, the real driver's
+    /// behaviour for a destroyed handle is undefined (the simulator answers
+    /// `CUDA_ERROR_INVALID_HANDLE`).
+    ///
+    /// Errors: [`Error::Closed`] after [`close`](Notifier::close);
+    /// [`Error::Driver`] when a driver call of the watch failed (a bad
+    /// handle, a context that faulted before the call).
+    pub fn watch(&self, stream: CUstream) -> Result<Fence, Error> {
+        let mut token = 0;
+        check(
+            unsafe {
+                sys::cudafd_watch_stream(self.inner.raw.as_ptr(), stream as usize, &mut token)
+            },
+            "cudafd_watch_stream",
+        )?;
+        Ok(self.inner.fence(token))
+    }
+
+    /// Watch `stream` now (as [`watch`](Notifier::watch)) and return a future
+    /// of the outcome: `Ok(())` once the GPU passed the point, else the
+    /// error. The future is `Send + 'static`: spawn it, or await it in place.
+    /// Dropping it before it finishes cancels the wait; the GPU work goes on.
+    ///
+    /// In a spawned task on Rust before 1.64, bind the future first
+    /// (`let w = notifier.wait(s); w.await`): there a raw stream pointer in
+    /// the awaited expression makes the task's future `!Send`.
+    pub fn wait(
+        &self,
+        stream: CUstream,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'static {
+        let fence = self.watch(stream);
+        async move { fence?.await }
+    }
+
+    /// Complete when the event's record that is latest now has completed (an
+    /// event never recorded completes at once). The calling thread's current
+    /// context hosts the wait, so one must be current; the event may be
+    /// recorded again or destroyed once this returns.
+    pub fn watch_event(&self, event: CUevent) -> Result<Fence, Error> {
+        let mut token = 0;
+        check(
+            unsafe { sys::cudafd_watch_event(self.inner.raw.as_ptr(), event as usize, &mut token) },
+            "cudafd_watch_event",
+        )?;
+        Ok(self.inner.fence(token))
+    }
+
+    /// Make now the side streams this notifier's waits in `stream`'s context
+    /// may need later, so that no later watch creates one (creating a stream
+    /// can stall the device on some GPUs). Optional; best called once per
+    /// context before the work starts.
+    pub fn prepare(&self, stream: CUstream) -> Result<(), Error> {
+        check(
+            unsafe { sys::cudafd_prepare(self.inner.raw.as_ptr(), stream as usize) },
+            "cudafd_prepare",
+        )
+    }
+
+    /// Drain every queued completion and wake the fences they belong to;
+    /// returns how many there were. Never blocks.
+    ///
+    /// For event loops other than Tokio: call it whenever the fd is
+    /// readable. It drains until the queue is empty, which clears the fd, so
+    /// edge- and level-triggered polling both work. Any thread may call it,
+    /// also concurrently with awaited fences. A blocking [`Fence::wait`] in
+    /// progress notices completions drained here within 50 ms.
+    pub fn dispatch(&self) -> Result<usize, Error> {
+        self.inner.dispatch()
+    }
+
+    /// Waits watched and neither drained nor cancelled yet.
+    pub fn pending(&self) -> usize {
+        unsafe { sys::cudafd_notifier_pending(self.inner.raw.as_ptr()) }.max(0) as usize
+    }
+
+    /// Close the notifier: every pending wait is detached (its GPU work goes
+    /// on) and its fence ends in [`Error::Closed`]; later watches fail with
+    /// it. The fd stays open (and readable) until the last handle and fence
+    /// are dropped. Idempotent; any thread.
+    pub fn close(&self) -> Result<(), Error> {
+        check(
+            unsafe { sys::cudafd_notifier_close(self.inner.raw.as_ptr()) },
+            "cudafd_notifier_close",
+        )?;
+        self.inner.dispatch().map(|_| ())
+    }
+}
+
+impl AsRawFd for Notifier {
+    /// The eventfd: readable exactly while completions are queued (or after
+    /// close). Owned by the notifier; poll it, never read or close it.
+    fn as_raw_fd(&self) -> RawFd {
+        self.inner.fd
+    }
+}
+
+impl AsFd for Notifier {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // Safety: the fd stays open as long as `inner` lives.
+        unsafe { BorrowedFd::borrow_raw(self.inner.fd) }
+    }
+}
+
+impl std::fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Notifier")
+            .field("fd", &self.inner.fd)
+            .field("mechanism", &self.inner.mechanism)
+            .field("reactor", &self.inner.has_reactor())
+            .finish()
+    }
+}
+
+/// A completion status as a result.
+pub(crate) fn outcome(status: i64) -> Result<(), Error> {
+    match CudaError::new(status as i32) {
+        None => Ok(()),
+        Some(e) => Err(Error::Gpu(e)),
+    }
+}

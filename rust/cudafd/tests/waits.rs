@@ -1,0 +1,267 @@
+//! Waits complete, in order, never before their work, however they are awaited.
+mod common;
+
+use std::os::unix::io::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{assert_no_leaks, runtime, start, Gpu, LIMIT};
+use cudafd::{Mechanism, Notifier};
+
+const MECHANISMS: [Mechanism; 3] = [Mechanism::Event, Mechanism::HostFunc, Mechanism::Spin];
+
+#[test]
+fn waits_on_one_stream_complete_in_order_and_not_early() {
+    let _serial = start();
+    for mechanism in MECHANISMS {
+        let rt = runtime(2);
+        rt.block_on(async {
+            let gpu = Gpu::open();
+            let stream = gpu.stream();
+            let notifier = Notifier::new(mechanism).unwrap();
+            assert!(notifier.has_reactor());
+            // Each point is watched twice: `awaited[i]` by task i, `seen[i]` right
+            // after it. When task i's fence is done, every earlier watch on the
+            // stream (seen[0..i]) must be done too: it was queued before.
+            let lengths = [30u64, 2, 15, 1, 8, 20];
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let start = Instant::now();
+            let mut tasks = Vec::new();
+            let mut end_ms = 0;
+            for (i, ms) in lengths.iter().enumerate() {
+                stream.launch(*ms, false);
+                end_ms += ms;
+                let fence = notifier.watch(stream.raw()).unwrap();
+                seen.lock()
+                    .unwrap()
+                    .push(notifier.watch(stream.raw()).unwrap());
+                let seen = seen.clone();
+                tasks.push(tokio::spawn(async move {
+                    tokio::time::timeout(LIMIT, fence)
+                        .await
+                        .expect("no hang")
+                        .unwrap();
+                    let took = start.elapsed();
+                    for (j, earlier) in seen.lock().unwrap()[..i].iter_mut().enumerate() {
+                        assert!(
+                            matches!(earlier.try_wait(), Some(Ok(()))),
+                            "point {i} done before point {j}"
+                        );
+                    }
+                    (took, end_ms)
+                }));
+            }
+            for t in tasks {
+                let (took, end_ms) = t.await.unwrap();
+                assert!(
+                    took >= Duration::from_millis(end_ms),
+                    "{mechanism:?}: done after {took:?}, its work takes {end_ms} ms"
+                );
+            }
+            for f in seen.lock().unwrap().iter_mut() {
+                f.wait(Some(LIMIT)).unwrap();
+            }
+            assert_eq!(notifier.pending(), 0);
+        });
+    }
+    assert_no_leaks();
+}
+
+#[test]
+fn many_tasks_on_a_multi_threaded_runtime_share_one_notifier() {
+    let _serial = start();
+    let rt = runtime(4);
+    rt.block_on(async {
+        let gpu = Arc::new(Gpu::open());
+        let streams: Arc<Vec<_>> = Arc::new((0..8).map(|_| gpu.stream()).collect());
+        let notifier = Notifier::new(Mechanism::Event).unwrap();
+        let mut tasks = Vec::new();
+        for i in 0..400usize {
+            let (streams, notifier) = (streams.clone(), notifier.clone());
+            tasks.push(tokio::spawn(async move {
+                // Tasks hop between worker threads between their awaits.
+                for round in 0..3 {
+                    let stream = &streams[(i + round) % streams.len()];
+                    let start = Instant::now();
+                    let ms = 1 + (i % 3) as u64;
+                    stream.launch(ms, false);
+                    // A binding of its own: before Rust 1.64 the raw stream
+                    // handle in the awaited expression would make the task !Send.
+                    let wait = notifier.wait(stream.raw());
+                    tokio::time::timeout(LIMIT, wait)
+                        .await
+                        .expect("no hang")
+                        .unwrap();
+                    assert!(start.elapsed() >= Duration::from_millis(ms));
+                    tokio::task::yield_now().await;
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(notifier.pending(), 0);
+    });
+    drop(rt);
+    assert_no_leaks();
+}
+
+#[test]
+fn blocking_waits_and_tasks_share_one_notifier() {
+    let _serial = start();
+    let rt = runtime(2);
+    rt.block_on(async {
+        let gpu = Arc::new(Gpu::open());
+        let notifier = Notifier::new(Mechanism::Event).unwrap();
+        let mut tasks = Vec::new();
+        for i in 0..16u64 {
+            let (gpu, notifier) = (gpu.clone(), notifier.clone());
+            let blocking = i % 2 == 0;
+            let work = move || {
+                let stream = gpu.stream();
+                stream.launch(5 + i, false);
+                let fence = notifier.watch(stream.raw()).unwrap();
+                (stream, fence)
+            };
+            if blocking {
+                tasks.push(tokio::task::spawn_blocking(move || {
+                    let (_stream, mut fence) = work();
+                    fence.wait(Some(LIMIT)).unwrap();
+                    assert!(fence.is_finished());
+                }));
+            } else {
+                tasks.push(tokio::spawn(async move {
+                    let (_stream, fence) = work();
+                    tokio::time::timeout(LIMIT, fence)
+                        .await
+                        .expect("no hang")
+                        .unwrap();
+                }));
+            }
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    drop(rt);
+    assert_no_leaks();
+}
+
+#[test]
+fn without_a_runtime_a_poll_loop_drives_the_fences() {
+    let _serial = start();
+    // Created outside any runtime: no reactor; this thread's poll(2) loop dispatches.
+    let notifier = Notifier::new(Mechanism::Event).unwrap();
+    assert!(!notifier.has_reactor());
+    let gpu = Gpu::open();
+    let (a, b) = (gpu.stream(), gpu.stream());
+    a.launch(1_000, false);
+    b.launch(5, false);
+    let mut fa = notifier.watch(a.raw()).unwrap();
+    let mut fb = notifier.watch(b.raw()).unwrap();
+    assert!(fa.try_wait().is_none() && fb.try_wait().is_none());
+    let deadline = Instant::now() + LIMIT;
+    let mut finished = Vec::new();
+    while finished.len() < 2 {
+        assert!(Instant::now() < deadline, "no completion");
+        let mut p = libc::pollfd {
+            fd: fa.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        assert!(unsafe { libc::poll(&mut p, 1, 1000) } >= 0);
+        for (name, f) in [("a", &mut fa), ("b", &mut fb)] {
+            if !f.is_finished() {
+                if let Some(r) = f.try_wait() {
+                    r.unwrap();
+                    finished.push(name);
+                }
+            }
+        }
+    }
+    // b's 5 ms kernel ran beside a's 1 s one on another stream.
+    assert_eq!(finished, ["b", "a"]);
+    // Drained to empty: the fd is clear.
+    let mut p = libc::pollfd {
+        fd: notifier.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    assert_eq!(unsafe { libc::poll(&mut p, 1, 0) }, 0);
+    drop((fa, fb, notifier));
+    assert_no_leaks();
+}
+
+#[test]
+fn without_tokio_a_dispatch_thread_completes_awaited_fences() {
+    let _serial = start();
+    let notifier = Notifier::new(Mechanism::Spin).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let driver = {
+        let (n, stop) = (notifier.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                let mut p = libc::pollfd {
+                    fd: n.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                unsafe { libc::poll(&mut p, 1, 20) };
+                n.dispatch().unwrap();
+            }
+        })
+    };
+    let gpu = Gpu::open();
+    let streams: Vec<_> = (0..4).map(|_| gpu.stream()).collect();
+    // A current-thread runtime only as an executor: the notifier has no reactor.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut fences = Vec::new();
+        for (i, s) in streams.iter().enumerate() {
+            s.launch(3 * i as u64 + 1, false);
+            fences.push(notifier.wait(s.raw()));
+        }
+        for f in fences {
+            tokio::time::timeout(LIMIT, f)
+                .await
+                .expect("no hang")
+                .unwrap();
+        }
+    });
+    stop.store(true, Ordering::Release);
+    driver.join().unwrap();
+    drop((streams, notifier));
+    assert_no_leaks();
+}
+
+#[test]
+fn a_blocking_wait_times_out_and_stays_pending() {
+    let _serial = start();
+    let notifier = Notifier::new(Mechanism::Event).unwrap();
+    let gpu = Gpu::open();
+    let stream = gpu.stream();
+    let t = Instant::now();
+    stream.launch(1_500, false);
+    let mut fence = notifier.watch(stream.raw()).unwrap();
+    assert!(matches!(
+        fence.wait(Some(Duration::from_millis(20))),
+        Err(cudafd::Error::Timeout)
+    ));
+    assert!(t.elapsed() >= Duration::from_millis(20));
+    assert!(!fence.is_finished());
+    assert_eq!(notifier.pending(), 1);
+    fence.wait(Some(LIMIT)).unwrap();
+    assert!(
+        t.elapsed() >= Duration::from_millis(1_500),
+        "done after {:?}",
+        t.elapsed()
+    );
+    // The outcome stays: a second wait returns it again at once.
+    fence.wait(Some(Duration::ZERO)).unwrap();
+    drop((fence, notifier));
+    assert_no_leaks();
+}
