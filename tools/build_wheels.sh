@@ -27,6 +27,8 @@ glibc=2.17
 py=${PYTHON:-python3}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# The zig binary itself: the build runs in an isolated environment without ziglang.
+zig=$("$py" -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')
 
 build_opts=() pip_opts=()
 if [[ ${NO_ISOLATION:-0} == 1 ]]; then
@@ -40,11 +42,13 @@ echo "sdist: $out/$(basename "$sdist")"
 
 for arch in $archs; do
   cc="$tmp/zig-cc-$arch"
-  printf '#!/bin/sh\nexec %q -m ziglang cc -target %s-linux-gnu.%s "$@"\n' "$py" "$arch" "$glibc" > "$cc"
+  printf '#!/bin/sh\nexec %q cc -target %s-linux-gnu.%s "$@"\n' "$zig" "$arch" "$glibc" > "$cc"
   chmod +x "$cc"
-  # The linker strips (-s): the host's strip may not read the other architecture.
-  CC="$cc" _PYTHON_HOST_PLATFORM="linux-$arch" "$py" -m pip wheel -q --no-deps "${pip_opts[@]}" \
+  # The tag names the target, not the host; the linker strips (-s): the host's
+  # strip may not read the other architecture.
+  CC="$cc" "$py" -m pip wheel -q --no-deps "${pip_opts[@]}" \
     -w "$tmp/$arch" \
+    -C wheel.tags="py3-none-linux_$arch" \
     -C cmake.define.CMAKE_SYSTEM_NAME=Linux \
     -C cmake.define.CMAKE_SYSTEM_PROCESSOR="$arch" \
     -C cmake.define.CMAKE_SHARED_LINKER_FLAGS=-s \
