@@ -1,4 +1,4 @@
-"""``python -m cudafd doctor | demo | bench``."""
+"""``python -m cudafd doctor | demo | bench | include | lib``."""
 
 from __future__ import annotations
 

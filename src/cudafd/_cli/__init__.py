@@ -1,4 +1,4 @@
-"""Command line: ``python -m cudafd doctor | demo | bench``."""
+"""Command line: ``python -m cudafd doctor | demo | bench | include | lib``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ __all__ = ["main"]
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m cudafd", description="cudafd: a pollable fd for CUDA stream progress")
-    sub = p.add_subparsers(dest="command", metavar="{doctor,demo,bench}")
+    sub = p.add_subparsers(dest="command", metavar="{doctor,demo,bench,include,lib}")
     d = sub.add_parser("doctor", help="what works on this machine, and a quick self-test")
     d.add_argument("--sim", action="store_true", help="test on the simulator even if a GPU is usable")
     m = sub.add_parser("demo", help="many concurrent asyncio waits on spin kernels, with latency figures")
@@ -20,6 +20,8 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--mechanism", default=None, help="event (default), hostfunc, spin or poll")
     b = sub.add_parser("bench", help="latency, CPU, bubble, throughput, scale against the usual baselines")
     b.add_argument("rest", nargs=argparse.REMAINDER)
+    sub.add_parser("include", help="print the folder of the C header cudafd.h (for -I)")
+    sub.add_parser("lib", help="print the folder of libcudafd.so and libcudafd_sim.so (for -L and rpath)")
     return p
 
 
@@ -38,5 +40,9 @@ def main(argv: list[str] | None = None) -> int:
         from . import demo
 
         return demo.run(waits=args.waits, streams=args.streams, force_sim=args.sim, mechanism=args.mechanism)
+    if args.command in ("include", "lib"):
+        from . import paths
+
+        return paths.run(args.command)
     _parser().print_help(sys.stderr)
     return 2
