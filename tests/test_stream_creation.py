@@ -98,4 +98,4 @@ def test_prepare_returns_once_the_streams_are_made(dev):
             n2.prepare(streams[1])
             made = cudafd.stats()["streams"]
             first.join()
-        assert made >= 32 + 16, f"prepare() returned with {made} streams made"
+        assert made >= 32, f"prepare() returned with {made} streams made"

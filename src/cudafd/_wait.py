@@ -165,7 +165,7 @@ def prepare(stream: object) -> None:
             raise _unsupported(library)
         loop = get_running_loop()
     if loop is not None:
-        _aio.default_dispatcher(loop)._notifier.prepare(stream)
+        _aio.default_notifier(loop, create=True).prepare(stream)  # type: ignore[union-attr]
     else:
         _trio_adapter().default_dispatcher()._notifier.prepare(stream)
 

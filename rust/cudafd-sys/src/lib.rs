@@ -1,4 +1,4 @@
-//! Raw bindings to libcudafd: the C API of `include/cudafd.h` (ABI version 1),
+//! Raw bindings to libcudafd: the C API of `include/cudafd.h` (ABI version 2),
 //! declared by hand, and the simulator's extra calls as function-pointer
 //! types ([`sim`]).
 //!
@@ -41,7 +41,7 @@ use std::os::raw::{c_char, c_int};
 pub const LIB_DIR: &str = env!("CUDAFD_SYS_LIB_DIR");
 
 /// `CUDAFD_ABI_VERSION`: the header's version these declarations follow.
-pub const CUDAFD_ABI_VERSION: c_int = 1;
+pub const CUDAFD_ABI_VERSION: c_int = 2;
 
 /// Success.
 pub const CUDAFD_OK: c_int = 0;
@@ -64,26 +64,28 @@ pub const CUDAFD_E_UNSUPPORTED: c_int = -8;
 /// cancel: the token is unknown, already completed or cancelled.
 pub const CUDAFD_E_UNKNOWN_TOKEN: c_int = -9;
 
-/// Pooled events; a shared poller thread finds the completions.
+/// Pooled events; a shared poller thread asks at intervals bounded by max_lateness.
 pub const CUDAFD_MECH_EVENT: c_int = 0;
 /// `cuLaunchHostFunc` on a side stream; a watchdog surfaces faults.
 pub const CUDAFD_MECH_HOSTFUNC: c_int = 1;
 /// Pooled events; a shared waiter polls while waits are pending.
 pub const CUDAFD_MECH_SPIN: c_int = 2;
 
-/// Option: the longest the poller spins on a wait before it paces it (ns).
-pub const CUDAFD_OPT_SPIN_NS: c_int = 0;
-/// Option: cap on blocking waiter threads.
-pub const CUDAFD_OPT_MAX_THREADS: c_int = 1;
-/// Option: how long the poller stays awake after its last completion (ns).
-pub const CUDAFD_OPT_LINGER_NS: c_int = 2;
 /// Option (hostfunc): how often pending points are checked for faults (ns).
-pub const CUDAFD_OPT_WATCHDOG_NS: c_int = 3;
-/// Option (event): how long a wait is paced before a blocking waiter takes it (ns).
-pub const CUDAFD_OPT_BLOCK_AFTER_NS: c_int = 4;
+pub const CUDAFD_OPT_WATCHDOG_NS: c_int = 0;
+/// Option (event): the default max_lateness of new notifiers (ns).
+pub const CUDAFD_OPT_MAX_LATENESS_NS: c_int = 1;
+
+/// The default max_lateness (ns): the event mechanism finds a wait at most
+/// this long after its work ended, plus the machine's thread wake-up time.
+pub const CUDAFD_MAX_LATENESS_DEFAULT_NS: i64 = 400 * 1000;
+/// The least max_lateness accepted (ns).
+pub const CUDAFD_MAX_LATENESS_MIN_NS: i64 = 1000;
+/// The largest max_lateness accepted (ns).
+pub const CUDAFD_MAX_LATENESS_MAX_NS: i64 = 10 * 1000 * 1000 * 1000;
 
 /// `CUDAFD_STAT_COUNT`: how many counts [`cudafd_stats`] fills at most.
-pub const CUDAFD_STAT_COUNT: c_int = 16;
+pub const CUDAFD_STAT_COUNT: c_int = 12;
 
 /// `cudafd_notifier`: opaque; only ever behind a pointer.
 #[repr(C)]
@@ -133,9 +135,14 @@ extern "C" {
     pub fn cudafd_notifier_create(mechanism: c_int, out: *mut *mut cudafd_notifier) -> c_int;
     /// The eventfd to poll for readability (-1 for NULL); owned by the notifier.
     pub fn cudafd_notifier_fd(n: *const cudafd_notifier) -> c_int;
+    /// The notifier's max_lateness for its later watches (ns, within
+    /// [`CUDAFD_MAX_LATENESS_MIN_NS`], [`CUDAFD_MAX_LATENESS_MAX_NS`]).
+    pub fn cudafd_notifier_set_max_lateness(n: *mut cudafd_notifier, ns: i64) -> c_int;
     /// A counter that grows with every completion queued and at close; read
     /// it with an acquire load.
     pub fn cudafd_notifier_seq(n: *const cudafd_notifier) -> *const u64;
+    /// The same counter's value, read with acquire order (0 for NULL).
+    pub fn cudafd_notifier_seq_now(n: *const cudafd_notifier) -> u64;
     /// Make now every side stream the notifier's waits in `stream`'s context may need.
     pub fn cudafd_prepare(n: *mut cudafd_notifier, stream: usize) -> c_int;
     /// Mark the current end of the stream (0, `CU_STREAM_LEGACY` and

@@ -326,6 +326,19 @@ impl Notifier {
         self.inner.mechanism
     }
 
+    /// How late, at most, the event mechanism finds a wait of this notifier
+    /// after its work ended (plus the machine's thread wake-up time), for the
+    /// watches made from now on. A long wait then costs about one wake-up of
+    /// cudafd's poller thread per `max_lateness`; faults surface within it too.
+    /// Default 400 µs; between 1 µs and 10 s, else an error.
+    pub fn set_max_lateness(&self, max_lateness: std::time::Duration) -> Result<(), Error> {
+        let ns = i64::try_from(max_lateness.as_nanos()).unwrap_or(i64::MAX);
+        check(
+            unsafe { sys::cudafd_notifier_set_max_lateness(self.inner.raw.as_ptr(), ns) },
+            "cudafd_notifier_set_max_lateness",
+        )
+    }
+
     /// Whether the fd is registered with a Tokio reactor, so that fences
     /// complete when awaited with no [`dispatch`](Notifier::dispatch) call.
     pub fn has_reactor(&self) -> bool {

@@ -265,3 +265,21 @@ fn a_blocking_wait_times_out_and_stays_pending() {
     drop((fence, notifier));
     assert_no_leaks();
 }
+
+#[test]
+fn max_lateness_is_checked_and_a_lazy_notifier_still_completes() {
+    let _serial = start();
+    let rt = runtime(2);
+    rt.block_on(async {
+        let gpu = Gpu::open();
+        let stream = gpu.stream();
+        let notifier = Notifier::new(Mechanism::Event).unwrap();
+        assert!(notifier.set_max_lateness(Duration::from_nanos(10)).is_err());
+        assert!(notifier.set_max_lateness(Duration::from_secs(11)).is_err());
+        notifier.set_max_lateness(Duration::from_millis(20)).unwrap();
+        stream.launch(30, false);
+        let fence = notifier.watch(stream.raw()).unwrap();
+        tokio::time::timeout(LIMIT, fence).await.unwrap().unwrap();
+    });
+    assert_no_leaks();
+}
