@@ -5,10 +5,7 @@ completions are queued or the notifier is closed; ``cudafd_drain`` that empties
 the queue clears the fd under the producers' lock, so draining until a short
 batch comes back never loses or repeats a completion; after close, drain
 returns CUDAFD_E_CLOSED once the queue is empty. ctypes releases the GIL for
-every call, and no native thread ever calls back into Python. The core's
-completion counter (``cudafd_notifier_seq``) is not read here: the header
-asks for an atomic acquire load, which a ctypes read is not; a drain tells the
-same under the producers' lock.
+every call, and no native thread ever calls back into Python.
 """
 
 from __future__ import annotations
@@ -41,6 +38,9 @@ class NativeBackend:
         _lib.raise_for(lib, rc, f"creating a notifier (mechanism {mechanism!r})")
         self._ptr = ptr
         self._fd: int = lib.cudafd_notifier_fd(ptr)
+        # Completions queued so far, readable without a call or a lock (valid
+        # until the notifier is destroyed; read only while the Notifier is open).
+        self.seq = c_uint64.from_address(lib.cudafd_notifier_seq(ptr))
         self._token = c_uint64()
         self._token_ref = ctypes.pointer(self._token)
         raw = bytearray(BATCH * ctypes.sizeof(_lib.Completion))
