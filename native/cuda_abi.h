@@ -65,8 +65,9 @@ typedef CUresult (*cuGetProcAddress_v2_t)(const char *symbol, void **pfn, int cu
 typedef CUresult (*cuGetProcAddress_v1_t)(const char *symbol, void **pfn, int cudaVersion,
                                           uint64_t flags);
 
-/* The ABI version cudafd asks cuGetProcAddress for: the CUDA 12.0 entry points,
- * which every driver from 12.0 on (CUDA 13 included) still provides. */
+/* The ABI version cudafd asks cuGetProcAddress for (or the driver's own, if
+ * older): the CUDA 12.0 entry points, which every driver from 12.0 on (CUDA 13
+ * included) still provides. */
 #define CUDAFD_CUDA_API_VERSION 12000
 
 /*

@@ -3,11 +3,19 @@
  *
  * The library is dlopen()ed by path or soname ($CUDAFD_DRIVER, a path set by
  * cudafd_set_driver(), or "libcuda.so.1") and every entry point is resolved
- * through cuGetProcAddress_v2 for the CUDA 12.0 ABI (CUDAFD_CUDA_API_VERSION):
- * drivers keep older ABI versions of an entry point available under the same
- * name, so one build works with CUDA 12 and 13 drivers. Where
- * cuGetProcAddress_v2 is missing (CUDA 11) the old four-argument
- * cuGetProcAddress, and then plain dlsym, are tried.
+ * through the driver's cuGetProcAddress for one ABI version: the CUDA 12.0
+ * one (CUDAFD_CUDA_API_VERSION), or the driver's own version where that is
+ * older. Facts relied on:
+ *  - drivers keep older ABI versions of an entry point available under its
+ *    base name, so one build works with CUDA 12 and 13 drivers;
+ *  - cuDriverGetVersion is exported under its plain name by every driver;
+ *  - cuGetProcAddress_v2 (five arguments) exists from CUDA 12.0 on; the
+ *    plain cuGetProcAddress export is the four-argument CUDA 11.3 form, on
+ *    12.x drivers too; asking for a version above the driver's fails;
+ *  - a plain export such as cuCtxPushCurrent is the legacy (pre-4.0) ABI,
+ *    the current one is exported as cuCtxPushCurrent_v2, so the dlsym
+ *    fallback (drivers before 11.3, or a name the lookup does not know)
+ *    tries the _v2 export first where it has the same signature.
  *
  * The handle is never closed: waiter threads may be inside the driver at exit.
  */
@@ -94,25 +102,57 @@ CFD_API int cudafd_set_driver(const char *path)
 
 CFD_API const char *cudafd_driver_path(void) { return loaded_path; }
 
-static void *resolve(void *lib, const char *name)
+/* How entry points are looked up in one driver library. */
+struct lookup {
+    cuGetProcAddress_v2_t gpa2;
+    cuGetProcAddress_v1_t gpa1;
+    int version; /* the ABI version asked for */
+};
+
+static void lookup_init(void *lib, struct lookup *lk)
 {
-    static cuGetProcAddress_v2_t gpa2;
-    static cuGetProcAddress_v1_t gpa1;
-    if (!gpa2 && !gpa1) {
-        gpa2 = (cuGetProcAddress_v2_t)dlsym(lib, "cuGetProcAddress_v2");
-        if (!gpa2)
-            gpa1 = (cuGetProcAddress_v1_t)dlsym(lib, "cuGetProcAddress");
-    }
+    memset(lk, 0, sizeof *lk);
+    CUresult (*get_version)(int *);
+    *(void **)&get_version = dlsym(lib, "cuDriverGetVersion");
+    int drv = 0;
+    if (!get_version || get_version(&drv) != CUDA_SUCCESS)
+        drv = 0;
+    lk->version = drv < CUDAFD_CUDA_API_VERSION ? drv : CUDAFD_CUDA_API_VERSION;
+    if (drv >= 12000)
+        *(void **)&lk->gpa2 = dlsym(lib, "cuGetProcAddress_v2");
+    if (!lk->gpa2 && drv >= 11030)
+        *(void **)&lk->gpa1 = dlsym(lib, "cuGetProcAddress");
+}
+
+/* Entry points whose _v2 export has the signature of cuda_abi.h's list
+ * (cuStreamGetCtx_v2, for one, has another). */
+static const char *const v2_same_signature[] = {
+    "cuCtxPushCurrent", "cuCtxPopCurrent", "cuStreamDestroy", "cuEventDestroy",
+};
+
+static void *resolve(void *lib, const struct lookup *lk, const char *name)
+{
     void *fn = NULL;
-    if (gpa2) {
+    if (lk->gpa2) {
         CUdriverProcAddressQueryResult st = 0;
-        if (gpa2(name, &fn, CUDAFD_CUDA_API_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &st) != CUDA_SUCCESS)
+        if (lk->gpa2(name, &fn, lk->version, CU_GET_PROC_ADDRESS_DEFAULT, &st) != CUDA_SUCCESS)
             fn = NULL;
-    } else if (gpa1) {
-        if (gpa1(name, &fn, CUDAFD_CUDA_API_VERSION, CU_GET_PROC_ADDRESS_DEFAULT) != CUDA_SUCCESS)
+    } else if (lk->gpa1) {
+        if (lk->gpa1(name, &fn, lk->version, CU_GET_PROC_ADDRESS_DEFAULT) != CUDA_SUCCESS)
             fn = NULL;
     }
-    return fn ? fn : dlsym(lib, name);
+    if (fn)
+        return fn;
+    for (size_t i = 0; i < sizeof v2_same_signature / sizeof v2_same_signature[0]; i++) {
+        if (strcmp(name, v2_same_signature[i]) == 0) {
+            char v2[64];
+            snprintf(v2, sizeof v2, "%s_v2", name);
+            if ((fn = dlsym(lib, v2)))
+                return fn;
+            break;
+        }
+    }
+    return dlsym(lib, name);
 }
 
 static int load_locked(void)
@@ -124,12 +164,14 @@ static int load_locked(void)
         return cfd_fail(CUDAFD_E_NODRIVER, "cannot load the CUDA driver %s: %s", path, dlerror());
     struct cfd_driver table;
     memset(&table, 0, sizeof table);
-#define CFD_RESOLVE_ENTRY(name, params) table.name = (CUresult(*) params)resolve(lib, #name);
+    struct lookup lk;
+    lookup_init(lib, &lk);
+#define CFD_RESOLVE_ENTRY(name, params) table.name = (CUresult(*) params)resolve(lib, &lk, #name);
     CUDAFD_DRIVER_ENTRY_POINTS(CFD_RESOLVE_ENTRY)
 #undef CFD_RESOLVE_ENTRY
 #define CFD_CHECK_ENTRY(name, params)                                                              \
     if (!table.name && strcmp(#name, "cuLaunchHostFunc") != 0)                                     \
-        return cfd_fail(CUDAFD_E_NODRIVER, "the driver %s lacks %s (a driver for CUDA 12 or newer is needed)", \
+        return cfd_fail(CUDAFD_E_NODRIVER, "the driver %s lacks %s (cudafd needs a driver for CUDA 11.4 or newer)", \
                         path, #name);
     CUDAFD_DRIVER_ENTRY_POINTS(CFD_CHECK_ENTRY)
 #undef CFD_CHECK_ENTRY

@@ -40,6 +40,10 @@
  *  - $CUDAFD_SIM_LATE_FAULT_MS=N: a cuEventSynchronize already blocked when
  *    its context faults returns the fault N ms after the fault instead of at
  *    once, as on an H200 where it waits for its own stream to drain.
+ *  - $CUDAFD_SIM_DRIVER_VERSION=N (e.g. 11040): cuDriverGetVersion reports N
+ *    (default 13000) and cuGetProcAddress / cuGetProcAddress_v2 act as that
+ *    driver's (sim_api.c), so the entry-point lookup of old drivers can be
+ *    tested; cudafdsim_legacy_calls() tells whether legacy exports were bound.
  *  - Devices: $CUDAFD_SIM_DEVICES of them (default 2), named
  *    "cudafd simulated GPU <n>". Each has a primary context.
  *  - cuModuleLoadData accepts any image; cuModuleGetFunction finds
@@ -72,6 +76,13 @@ CUresult cudafdsim_ctx_destroy(CUcontext ctx);
 CUresult cudafdsim_launch(CUstream stream, uint64_t duration_ns, CUresult fault);
 /* The context's sticky fault (0 if none); CUDA_ERROR_INVALID_CONTEXT if unknown. */
 CUresult cudafdsim_ctx_fault(CUcontext ctx, CUresult *fault);
+
+/* Calls so far to the legacy exports of the entry points whose ABI changed
+ * (plain cuCtxPushCurrent, cuCtxPopCurrent, cuCtxCreate, cuCtxDestroy,
+ * cuStreamDestroy, cuEventDestroy, cuDevicePrimaryCtxRelease), which a
+ * caller gets from dlsym of the plain name or from cuGetProcAddress asked for
+ * a version older than the _v2 one. They behave as their _v2 forms. */
+int64_t cudafdsim_legacy_calls(void);
 
 /* Live counts, for leak checks: 0 contexts (created, not destroyed; primary
  * contexts count while retained), 1 streams, 2 events, 3 queued operations,

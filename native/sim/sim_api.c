@@ -3,10 +3,17 @@
  * error names, modules and kernel launches, and the cudafdsim_* extras.
  *
  * Facts this code relies on:
- *  - cuGetProcAddress resolves by name only (the version is ignored, except
- *    that "cuGetProcAddress" itself gives the 5-argument form from CUDA 12.0
- *    on, as the driver does). The _v2 names that libcuda also exports map to
- *    the same functions. Not found: CUDA_ERROR_NOT_FOUND, *pfn = NULL and
+ *  - cuDriverGetVersion reports $CUDAFD_SIM_DRIVER_VERSION (read once; a
+ *    number from 1000 to 99999, else 13000), and the entry-point lookup acts
+ *    as that driver's does: cuGetProcAddress (the four-argument CUDA 11
+ *    form) exists from 11030, cuGetProcAddress_v2 (with the status argument)
+ *    from 12000; below those they answer CUDA_ERROR_NOT_FOUND to every
+ *    symbol, as if absent. Asking for a version above the driver's gives
+ *    CUDA_ERROR_INVALID_VALUE. A lookup resolves the base name for the
+ *    version asked: the SIM_VERSIONED entry points give their _v2 function
+ *    from the version it appeared in and the legacy one below it (counted,
+ *    see sim_legacy.c); "cuGetProcAddress" itself gives the five-argument
+ *    form from 12000 on. Not found: CUDA_ERROR_NOT_FOUND, *pfn = NULL and
  *    status CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND (1).
  *  - cuInit reads $CUDAFD_SIM_DEVICES once (default 2, at most 64); other
  *    driver calls return CUDA_ERROR_NOT_INITIALIZED until it succeeded. The
@@ -77,7 +84,7 @@ SIM_API CUresult cuDriverGetVersion(int *version)
 {
     if (!version)
         return CUDA_ERROR_INVALID_VALUE;
-    *version = 13000;
+    *version = sim_driver_version();
     return CUDA_SUCCESS;
 }
 
@@ -255,11 +262,12 @@ SIM_API int cudafdsim_stats(int64_t *out, int n)
 
 /* ---- cuGetProcAddress ---- */
 
-/* The entry points reachable by name: the core's list, the extras the
- * simulator's users call, and the _v2 names libcuda exports for them. */
+/* The entry points reachable by name: the core's list and the extras the
+ * simulator's users call. The SIM_VERSIONED ones among them are compiled
+ * under their _v2 names (sim_internal.h), so a row's function is the one
+ * served from the row's version on; the legacy one serves older versions. */
 #define SIM_ENTRY_POINTS(X)                                                            \
     CUDAFD_DRIVER_ENTRY_POINTS(X)                                                      \
-    X(cuGetProcAddress_v2, ())                                                         \
     X(cuDeviceGetName, ())                                                             \
     X(cuDeviceGetAttribute, ())                                                        \
     X(cuDevicePrimaryCtxRetain, ())                                                    \
@@ -272,36 +280,66 @@ SIM_API int cudafdsim_stats(int64_t *out, int n)
     X(cuModuleGetFunction, ())                                                         \
     X(cuModuleUnload, ())                                                              \
     X(cuLaunchKernel, ())
-#define SIM_ALIASES(A)                                                                 \
-    A(cuCtxCreate_v2, cuCtxCreate)                                                     \
-    A(cuCtxDestroy_v2, cuCtxDestroy)                                                   \
-    A(cuCtxPushCurrent_v2, cuCtxPushCurrent)                                           \
-    A(cuCtxPopCurrent_v2, cuCtxPopCurrent)                                             \
-    A(cuEventDestroy_v2, cuEventDestroy)                                               \
-    A(cuStreamDestroy_v2, cuStreamDestroy)                                             \
-    A(cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease)
 
 static const struct {
     const char *name;
     void *fn;
 } entry_points[] = {
 #define SIM_ENTRY_ROW(name, params) {#name, (void *)name},
-#define SIM_ALIAS_ROW(alias, name) {#alias, (void *)name},
+#define SIM_V2_ROW(name, since, params) {#name "_v2", (void *)name},
     SIM_ENTRY_POINTS(SIM_ENTRY_ROW)
-    SIM_ALIASES(SIM_ALIAS_ROW)
+    SIM_VERSIONED(SIM_V2_ROW) /* the export names, found too */
 #undef SIM_ENTRY_ROW
-#undef SIM_ALIAS_ROW
+#undef SIM_V2_ROW
 };
 
-SIM_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
-                                     uint64_t flags, CUdriverProcAddressQueryResult *status)
+/* The version from which `name` is served its _v2 ABI; 0 if it has one ABI. */
+static int versioned_since(const char *name)
 {
-    (void)flags;
+#define SIM_SINCE_ROW(fn, since, params)                                       \
+    if (strcmp(name, #fn) == 0)                                                \
+        return since;
+    SIM_VERSIONED(SIM_SINCE_ROW)
+#undef SIM_SINCE_ROW
+    return 0;
+}
+
+static pthread_once_t version_once = PTHREAD_ONCE_INIT;
+static int driver_version = SIM_DEFAULT_DRIVER_VERSION;
+
+static void read_version(void)
+{
+    const char *env = getenv("CUDAFD_SIM_DRIVER_VERSION");
+    if (env && *env) {
+        char *end;
+        long v = strtol(env, &end, 10);
+        if (*end == '\0' && v >= 1000 && v < 100000)
+            driver_version = (int)v;
+    }
+}
+
+int sim_driver_version(void)
+{
+    pthread_once(&version_once, read_version);
+    return driver_version;
+}
+
+static CUresult lookup(const char *symbol, void **pfn, int cudaVersion,
+                       CUdriverProcAddressQueryResult *status)
+{
     if (!symbol || !pfn)
+        return CUDA_ERROR_INVALID_VALUE;
+    int drv = sim_driver_version();
+    *pfn = NULL;
+    if (status)
+        *status = 1; /* CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND */
+    if (cudaVersion > drv)
         return CUDA_ERROR_INVALID_VALUE;
     void *fn = NULL;
     if (strcmp(symbol, "cuGetProcAddress") == 0) {
         fn = cudaVersion >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
+    } else if (cudaVersion < versioned_since(symbol)) {
+        fn = sim_legacy_entry(symbol);
     } else {
         for (size_t i = 0; i < sizeof entry_points / sizeof entry_points[0]; i++) {
             if (strcmp(symbol, entry_points[i].name) == 0) {
@@ -310,13 +348,35 @@ SIM_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
             }
         }
     }
+    if (!fn)
+        return CUDA_ERROR_NOT_FOUND;
     *pfn = fn;
     if (status)
-        *status = fn ? 0 : 1; /* CU_GET_PROC_ADDRESS_SUCCESS / _SYMBOL_NOT_FOUND */
-    return fn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+        *status = 0; /* CU_GET_PROC_ADDRESS_SUCCESS */
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
+                                     uint64_t flags, CUdriverProcAddressQueryResult *status)
+{
+    (void)flags;
+    if (sim_driver_version() < 12000) { /* no such entry point before CUDA 12.0 */
+        if (pfn)
+            *pfn = NULL;
+        if (status)
+            *status = 1;
+        return CUDA_ERROR_NOT_FOUND;
+    }
+    return lookup(symbol, pfn, cudaVersion, status);
 }
 
 SIM_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, uint64_t flags)
 {
-    return cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, NULL);
+    (void)flags;
+    if (sim_driver_version() < 11030) { /* no such entry point before CUDA 11.3 */
+        if (pfn)
+            *pfn = NULL;
+        return CUDA_ERROR_NOT_FOUND;
+    }
+    return lookup(symbol, pfn, cudaVersion, NULL);
 }

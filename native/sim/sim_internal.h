@@ -35,9 +35,31 @@ _Static_assert(sizeof(void *) == 8, "handles are 64-bit ids carried in pointer t
 
 #define SIM_MAX_DEVICES   64
 #define SIM_DEFAULT_DEVICES 2
+#define SIM_DEFAULT_DRIVER_VERSION 13000
 #define SIM_CTX_STACK_MAX 64 /* depth of a thread's current-context stack */
 
 /* ---- exported entry points (prototypes checked against the definitions) ---- */
+/* Entry points whose ABI changed in an early CUDA release are compiled under
+ * their versioned export names, as cuda.h maps them for its callers: the
+ * definitions below `cuCtxPushCurrent` are cuCtxPushCurrent_v2, the one that
+ * cuGetProcAddress serves from its version on. The plain names are the
+ * legacy exports (sim_legacy.c), reached by dlsym of the plain name or a
+ * lookup for an older version. SIM_VERSIONED(X): X(name, since, params). */
+#define SIM_VERSIONED(X)                                                        \
+    X(cuCtxCreate, 3020, (CUcontext * ctx, unsigned int flags, CUdevice dev))   \
+    X(cuCtxDestroy, 4000, (CUcontext ctx))                                      \
+    X(cuCtxPushCurrent, 4000, (CUcontext ctx))                                  \
+    X(cuCtxPopCurrent, 4000, (CUcontext * ctx))                                 \
+    X(cuStreamDestroy, 4000, (CUstream stream))                                 \
+    X(cuEventDestroy, 4000, (CUevent event))                                    \
+    X(cuDevicePrimaryCtxRelease, 11000, (CUdevice dev))
+#define cuCtxCreate cuCtxCreate_v2
+#define cuCtxDestroy cuCtxDestroy_v2
+#define cuCtxPushCurrent cuCtxPushCurrent_v2
+#define cuCtxPopCurrent cuCtxPopCurrent_v2
+#define cuStreamDestroy cuStreamDestroy_v2
+#define cuEventDestroy cuEventDestroy_v2
+#define cuDevicePrimaryCtxRelease cuDevicePrimaryCtxRelease_v2
 #define SIM_DECLARE(name, params) SIM_API CUresult name params;
 CUDAFD_DRIVER_ENTRY_POINTS(SIM_DECLARE)
 #undef SIM_DECLARE
@@ -175,6 +197,9 @@ extern atomic_int sim_initialized;
 
 /* ---- sim_api.c ---- */
 CUresult sim_init(void); /* what cuInit does; idempotent */
+int sim_driver_version(void); /* what cuDriverGetVersion reports ($CUDAFD_SIM_DRIVER_VERSION) */
+/* ---- sim_legacy.c ---- */
+void *sim_legacy_entry(const char *name); /* the legacy export of a SIM_VERSIONED name, else NULL */
 uint64_t sim_now_ns(void); /* CLOCK_MONOTONIC */
 
 /* ---- sim_handles.c ---- */

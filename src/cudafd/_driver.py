@@ -6,10 +6,15 @@ Facts relied on:
   binding the path reported by the core (``_lib.driver_path()``) gives Python
   the very library the core uses: with the simulator, one simulated device,
   whose contexts and streams both sides see.
-* Entry points are resolved through ``cuGetProcAddress_v2(name, &pfn, 12000,
-  0, &status)``, as the core does: drivers keep the CUDA 12.0 ABI of every
-  entry point available under its base name, so CUDA 12 and 13 drivers behave
-  alike. Plain dlsym (``name_v2`` first, then ``name``) is the fallback.
+* Entry points are resolved as the core resolves them (native/core/driver.c):
+  through the driver's cuGetProcAddress for ABI version ``min(12000,
+  cuDriverGetVersion())``. Drivers keep the CUDA 12.0 ABI of every entry
+  point available under its base name, so CUDA 12 and 13 drivers behave
+  alike. ``cuGetProcAddress_v2(name, &pfn, version, 0, &status)`` exists from
+  CUDA 12.0 on; the plain ``cuGetProcAddress`` export is the four-argument
+  CUDA 11.3 form (on 12.x drivers too). Plain dlsym is the fallback, with the
+  ``_v2`` export first where its signature is the same: the plain export of
+  such a name is the legacy (pre-4.0) ABI.
 * ctypes releases the GIL for the length of every foreign call, so blocking
   driver calls (cuEventSynchronize, cuStreamSynchronize) do not stall other
   Python threads.
@@ -95,6 +100,7 @@ SIM_SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "cudafdsim_launch": (_CUresult, [_P, c_uint64, _CUresult]),
     "cudafdsim_ctx_fault": (_CUresult, [_P, POINTER(_CUresult)]),
     "cudafdsim_stats": (c_int, [POINTER(c_int64), c_int]),
+    "cudafdsim_legacy_calls": (c_int64, []),
 }
 SIM_STAT_NAMES = ("contexts", "streams", "events", "queued", "hostfuncs_run", "kernels_run")
 
@@ -138,7 +144,9 @@ class SimCalls:
 class Driver:
     """One loaded driver library with every entry point of SIGNATURES as an attribute.
 
-    Entry points the library lacks raise CudafdError when called. ``sim`` is a
+    Entry points the library lacks raise CudafdError when called. ``lookup``
+    names how they were found (``"cuGetProcAddress_v2"``, ``"cuGetProcAddress"``
+    or ``"dlsym"``) and ``api_version`` the ABI version asked for. ``sim`` is a
     SimCalls when the library is the simulator, else None. Thread-safe: the
     attributes are plain ctypes function pointers.
     """
@@ -148,10 +156,7 @@ class Driver:
         self._dll = dll = ctypes.CDLL(path)
         self._init_lock = threading.Lock()
         self._initialised = False
-        gpa = getattr(dll, "cuGetProcAddress_v2", None)
-        if gpa is not None:
-            gpa.restype = _CUresult
-            gpa.argtypes = [c_char_p, POINTER(c_void_p), c_int, c_uint64, POINTER(c_int)]
+        self.lookup, self.api_version, gpa = self._lookup(dll)
         self.missing: list[str] = []
         for name, argtypes in SIGNATURES.items():
             addr = self._resolve(dll, gpa, name)
@@ -166,11 +171,34 @@ class Driver:
             self.sim = SimCalls(dll)
 
     @staticmethod
-    def _resolve(dll: ctypes.CDLL, gpa, name: str) -> int | None:
+    def _lookup(dll: ctypes.CDLL) -> tuple[str, int, object]:
+        """(name of the lookup used, ABI version asked for, a callable(name, pfn, version) -> CUresult or None)."""
+        try:
+            get_version = dll.cuDriverGetVersion
+        except AttributeError:
+            return "dlsym", 0, None
+        get_version.restype = _CUresult
+        get_version.argtypes = [POINTER(c_int)]
+        v = c_int(0)
+        drv = v.value if get_version(byref(v)) == CUDA_SUCCESS else 0
+        version = min(CUDA_API_VERSION, drv)
+        if drv >= 12000 and hasattr(dll, "cuGetProcAddress_v2"):
+            gpa2 = dll.cuGetProcAddress_v2
+            gpa2.restype = _CUresult
+            gpa2.argtypes = [c_char_p, POINTER(c_void_p), c_int, c_uint64, POINTER(c_int)]
+            status = c_int(0)
+            return "cuGetProcAddress_v2", version, lambda name, pfn, ver: gpa2(name, pfn, ver, 0, byref(status))
+        if drv >= 11030 and hasattr(dll, "cuGetProcAddress"):
+            gpa1 = dll.cuGetProcAddress
+            gpa1.restype = _CUresult
+            gpa1.argtypes = [c_char_p, POINTER(c_void_p), c_int, c_uint64]
+            return "cuGetProcAddress", version, lambda name, pfn, ver: gpa1(name, pfn, ver, 0)
+        return "dlsym", version, None
+
+    def _resolve(self, dll: ctypes.CDLL, gpa, name: str) -> int | None:
         if gpa is not None:
             pfn = c_void_p()
-            status = c_int(0)
-            if gpa(name.encode(), byref(pfn), CUDA_API_VERSION, 0, byref(status)) == 0 and pfn.value:
+            if gpa(name.encode(), byref(pfn), self.api_version) == CUDA_SUCCESS and pfn.value:
                 return pfn.value
         for sym in (name + "_v2", name) if name in _V2_SAME_SIGNATURE else (name,):
             try:
