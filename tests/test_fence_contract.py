@@ -1,0 +1,118 @@
+"""What a Fence promises whatever has been called on it before: its fd stays
+readable once the point was passed, wait() takes every timeout that
+threading.Event.wait takes, and the poll mechanism's fd turns readable by
+itself, so a plain select() loop never sleeps past the point."""
+from __future__ import annotations
+
+import select
+import selectors
+import threading
+import time
+
+import pytest
+
+import cudafd
+
+LONG_TIMEOUTS = [3e6, 1e300, 10**30, float("inf"), None]
+
+
+def _readable(fd: int, timeout: float) -> bool:
+    return bool(select.select([fd], [], [], timeout)[0])
+
+
+@pytest.mark.parametrize("how", ["done", "wait", "result"])
+def test_fence_fd_stays_readable_after_done(dev, mechanism, how):
+    s = dev.stream()
+    s.launch(0.02)
+    with cudafd.fence(s, mechanism=mechanism) as f:
+        assert f.wait(timeout=10)
+        if how == "done":
+            assert f.done()
+        elif how == "result":
+            assert f.result() is None
+        else:
+            assert f.wait(0)
+        for _ in range(3):  # for good: however often it is asked
+            assert f.done()
+            assert _readable(f.fileno(), 0), f"the fd went quiet after {how}() ({mechanism})"
+        sel = selectors.DefaultSelector()
+        sel.register(f.fileno(), selectors.EVENT_READ)
+        try:
+            assert sel.select(timeout=5), "a selector sleeps on a fence that is done"
+            assert sel.select(timeout=5), "the second select sleeps"
+        finally:
+            sel.close()
+
+
+def test_fence_fd_stays_readable_after_a_fault(dev, mechanism):
+    s = dev.stream()
+    s.launch(0.01, fault=True)
+    with cudafd.fence(s, mechanism=mechanism) as f:
+        with pytest.raises(cudafd.CudaError):
+            f.wait(timeout=10)
+        assert f.done()
+        assert _readable(f.fileno(), 0)
+
+
+def test_fence_fd_is_readable_on_a_first_done(dev, mechanism):
+    """done() called before anyone polled the fd: still readable after."""
+    s = dev.stream()
+    with cudafd.fence(s, mechanism=mechanism) as f:
+        deadline = time.monotonic() + 10
+        while not f.done():
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        assert _readable(f.fileno(), 1)
+
+
+@pytest.mark.parametrize("timeout", LONG_TIMEOUTS, ids=repr)
+def test_fence_wait_takes_long_timeouts(dev, mechanism, timeout):
+    s = dev.stream()
+    s.launch(0.02)
+    with cudafd.fence(s, mechanism=mechanism) as f:
+        assert f.wait(timeout) is True
+        assert f.wait(timeout) is True  # done already: at once
+
+
+@pytest.mark.parametrize("timeout", LONG_TIMEOUTS, ids=repr)
+def test_fence_long_wait_on_pending_work_is_not_cut_short(dev, mechanism, timeout):
+    """A long timeout behind work that takes a while: it waits, then succeeds."""
+    s = dev.stream()
+    s.launch(0.3)
+    with cudafd.fence(s, mechanism=mechanism) as f:
+        t0 = time.monotonic()
+        assert f.wait(timeout) is True
+        assert time.monotonic() - t0 >= 0.1
+
+
+@pytest.mark.parametrize("timeout", [0, 0.0, -1, -1e300, float("-inf"), 1e-9, float("nan")])
+def test_fence_wait_takes_short_and_negative_timeouts(dev, mechanism, timeout):
+    """As threading.Event.wait: zero, negative or NaN means look once."""
+    assert threading.Event().wait(timeout) is False  # the reference accepts it
+    s = dev.stream()
+    s.launch(0.5)
+    with cudafd.fence(s, mechanism=mechanism) as f:
+        t0 = time.monotonic()
+        assert f.wait(timeout) is False
+        assert time.monotonic() - t0 < 0.4
+
+
+@pytest.mark.parametrize("timeout", ["1", object(), [1]])
+def test_fence_wait_rejects_what_threading_rejects(dev, mechanism, timeout):
+    with pytest.raises((TypeError, ValueError)):
+        threading.Event().wait(timeout)
+    s = dev.stream()
+    with cudafd.fence(s, mechanism=mechanism) as f:
+        with pytest.raises((TypeError, ValueError)):
+            f.wait(timeout)
+        assert f.wait(10)
+
+
+def test_fence_wait_timeout_is_kept(dev, mechanism):
+    s = dev.stream()
+    s.launch(1.0)
+    with cudafd.fence(s, mechanism=mechanism) as f:
+        t0 = time.monotonic()
+        assert f.wait(0.1) is False
+        took = time.monotonic() - t0
+        assert 0.09 <= took < 0.9, f"wait(0.1) took {took:.3f} s"
