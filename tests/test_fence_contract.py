@@ -116,3 +116,25 @@ def test_fence_wait_timeout_is_kept(dev, mechanism):
         assert f.wait(0.1) is False
         took = time.monotonic() - t0
         assert 0.09 <= took < 0.9, f"wait(0.1) took {took:.3f} s"
+
+
+def test_poll_prepare_refuses_a_dead_stream(dev):
+    s = dev.stream()
+    handle = s.handle
+    dev.drv.cuStreamDestroy(handle)
+    dev.streams.remove(s)
+    with cudafd.Notifier("poll") as n:
+        with pytest.raises(cudafd.CudaError):
+            n.prepare(handle)
+        with pytest.raises(cudafd.CudaError):
+            n.prepare(0xDEAD0000)
+
+
+def test_prepare_refuses_a_dead_stream_on_every_mechanism(dev, mechanism):
+    s = dev.stream()
+    handle = s.handle
+    dev.drv.cuStreamDestroy(handle)
+    dev.streams.remove(s)
+    with cudafd.Notifier(mechanism) as n:
+        with pytest.raises(cudafd.CudaError):
+            n.prepare(handle)

@@ -168,7 +168,14 @@ class PollBackend:
         return self._events.pop(token, None) is not None
 
     def prepare(self, handle: int) -> None:
-        """Nothing to make: the poll mechanism has no side streams."""
+        """Nothing to make (the poll mechanism has no side streams); a dead
+        stream raises CudaError, as with the other mechanisms."""
+        drv = self._get_driver()
+        ctx = drv.stream_ctx(handle)
+        with drv.current(ctx):
+            res = drv.cuStreamQuery(handle)  # type: ignore[attr-defined]
+        if res not in (0, _NOT_READY):
+            raise CudaError(res, where="cuStreamQuery (is this a live stream?)")
 
     def poll(self) -> None:
         if self._closed or self._drv is None:
