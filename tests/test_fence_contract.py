@@ -118,6 +118,80 @@ def test_fence_wait_timeout_is_kept(dev, mechanism):
         assert 0.09 <= took < 0.9, f"wait(0.1) took {took:.3f} s"
 
 
+def test_poll_fence_fd_becomes_readable_by_itself(dev):
+    """A plain select() loop on a poll-mechanism fence, nothing else called:
+    it wakes once the point was passed."""
+    s = dev.stream()
+    s.launch(0.05)
+    with cudafd.fence(s, mechanism="poll") as f:
+        fd = f.fileno()
+        assert not _readable(fd, 0)
+        assert _readable(fd, 10), "the poll fence's fd never became readable by itself"
+        assert s.idle()
+        assert f.done()
+        assert f.result() is None
+        assert _readable(fd, 0)
+        _helper_ends()
+        assert _readable(fd, 0)
+
+
+def test_poll_notifier_fd_becomes_readable_by_itself(dev):
+    s1, s2 = dev.stream(), dev.stream()
+    with cudafd.Notifier("poll") as n:
+        fd = n.fileno()
+        s1.launch(0.03)
+        t1 = n.watch(s1)
+        assert _readable(fd, 10), "the poll Notifier's fd never became readable by itself"
+        assert [t for t, _ in n.drain()] == [t1]
+        assert not _readable(fd, 0)
+        # later watches are found too, including after the helper went idle
+        time.sleep(0.05)
+        s2.launch(0.03)
+        s1.launch(0.01, fault=True)
+        t2, t3 = n.watch(s2), n.watch(s1)
+        got: dict[int, object] = {}
+        deadline = time.monotonic() + 10
+        while len(got) < 2 and time.monotonic() < deadline:
+            if _readable(fd, 1):
+                got.update(n.drain())
+        assert set(got) == {t2, t3}
+        assert isinstance(got[t3], cudafd.CudaError)
+    _helper_ends()
+
+
+def _helper_ends() -> None:
+    """The poll helper thread ends once nothing is pending."""
+    deadline = time.monotonic() + 10
+    while any(t.name == "cudafd-poll" for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "the poll helper thread never ended"
+        time.sleep(0.01)
+
+
+def test_poll_fd_readable_in_a_plain_selector_loop_with_many_fences(dev):
+    streams = [dev.stream() for _ in range(4)]
+    for i, s in enumerate(streams):
+        s.launch(0.01 * (i + 1))
+    fences = [cudafd.fence(s, mechanism="poll") for s in streams]
+    sel = selectors.DefaultSelector()
+    try:
+        for f in fences:
+            sel.register(f.fileno(), selectors.EVENT_READ, f)
+        left = set(fences)
+        deadline = time.monotonic() + 10
+        while left and time.monotonic() < deadline:
+            for key, _ in sel.select(timeout=1):
+                f = key.data
+                if f in left:
+                    assert f.done()
+                    left.discard(f)
+                    sel.unregister(f.fileno())
+        assert not left, f"{len(left)} poll fences never woke a selector"
+    finally:
+        sel.close()
+        for f in fences:
+            f.close()
+
+
 def test_poll_prepare_refuses_a_dead_stream(dev):
     s = dev.stream()
     handle = s.handle

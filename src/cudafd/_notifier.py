@@ -140,9 +140,20 @@ class Notifier:
     # ---- the sans-io interface ----
 
     def fileno(self) -> int:
-        """The fd to poll for readability. Raises ClosedError once it was released after close()."""
+        """The fd to poll for readability. Raises ClosedError once it was released after close().
+
+        With the "poll" mechanism nothing native watches the GPU, so the first
+        fileno() starts a helper thread (Python, one per Notifier) that calls
+        poll() while waits are pending, every 50 µs backing off to 2 ms, and
+        ends when none is: the fd then turns readable by itself, as with the
+        other mechanisms. The helper keeps the Notifier alive while it runs.
+        """
         if self._released:
             raise ClosedError("the Notifier is closed and its fd released")
+        if self.needs_polling:
+            with self._lock:
+                if not self._closed:
+                    self._backend.poll_by_itself(self, self._lock)  # type: ignore[union-attr]
         return self._fd
 
     def watch(self, target: object) -> int:
