@@ -80,9 +80,8 @@ def test_fence_long_wait_on_pending_work_is_not_cut_short(dev, mechanism, timeou
     s = dev.stream()
     s.launch(0.3)
     with cudafd.fence(s, mechanism=mechanism) as f:
-        t0 = time.monotonic()
         assert f.wait(timeout) is True
-        assert time.monotonic() - t0 >= 0.1
+        assert s.idle(), "wait() returned before the work ended"
 
 
 @pytest.mark.parametrize("timeout", [0, 0.0, -1, -1e300, float("-inf"), 1e-9, float("nan")])
@@ -90,11 +89,11 @@ def test_fence_wait_takes_short_and_negative_timeouts(dev, mechanism, timeout):
     """As threading.Event.wait: zero, negative or NaN means look once."""
     assert threading.Event().wait(timeout) is False  # the reference accepts it
     s = dev.stream()
-    s.launch(0.5)
+    s.launch(5.0)
     with cudafd.fence(s, mechanism=mechanism) as f:
         t0 = time.monotonic()
         assert f.wait(timeout) is False
-        assert time.monotonic() - t0 < 0.4
+        assert time.monotonic() - t0 < 2.5, "a wait that should look once slept"
 
 
 @pytest.mark.parametrize("timeout", ["1", object(), [1]])
@@ -110,12 +109,12 @@ def test_fence_wait_rejects_what_threading_rejects(dev, mechanism, timeout):
 
 def test_fence_wait_timeout_is_kept(dev, mechanism):
     s = dev.stream()
-    s.launch(1.0)
+    s.launch(5.0)
     with cudafd.fence(s, mechanism=mechanism) as f:
         t0 = time.monotonic()
         assert f.wait(0.1) is False
         took = time.monotonic() - t0
-        assert 0.09 <= took < 0.9, f"wait(0.1) took {took:.3f} s"
+        assert 0.099 <= took < 2.5, f"wait(0.1) took {took:.3f} s"
 
 
 def test_poll_fence_fd_becomes_readable_by_itself(dev):
