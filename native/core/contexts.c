@@ -96,13 +96,21 @@ void cfd_event_destroy(CUevent ev)
     cfd_count(ST_EVENTS, -1);
 }
 
+/* Destroy the pool's idle side streams. A stream someone holds (a watch
+ * setting up, which uses it without g.mu; a wait in flight on it) stays,
+ * and so does a pool being filled: their holder releases them (or finishes
+ * the fill) and then quiesces again, since each of those paths ends in
+ * cfd_quiesce_locked once no notifier is open (ctx_unhold, cfd_wait_complete,
+ * the watchdog's bury_parked_events). */
 static void retire_streams(cfd_side_pool *p)
 {
-    p->filled = false;
+    if (p->filling)
+        return;
     for (int i = 0; i < CFD_SIDE_MAX; i++) {
-        if (p->stream[i]) {
+        if (p->stream[i] && p->busy[i] == 0) {
             cu.cuStreamDestroy(p->stream[i]);
             p->stream[i] = NULL;
+            p->filled = false;
             cfd_count(ST_STREAMS, -1);
         }
     }

@@ -421,6 +421,98 @@ static void test_bad_input(CUcontext ctx)
     cudafd_notifier_destroy(n);
 }
 
+/* The last notifier closed on one thread while others watch on it: every
+ * watch succeeds or says closed, never a driver error from a side stream (or
+ * event) retired under it. Then the notifier is destroyed, and the next
+ * round starts with nothing open. */
+struct race_arg {
+    cudafd_notifier *n;
+    CUcontext ctx;
+    CUstream stream;
+    CUevent event;
+    int index;
+    volatile int stop;
+    int ok, closed, bad, last_bad;
+    char why[256];
+};
+
+static void *race_watcher(void *p)
+{
+    struct race_arg *a = p;
+    CUcontext ignored;
+    sim_push(a->ctx); /* a bare event is waited for in the current context */
+    for (int i = 0; !__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE); i++) {
+        uint64_t t;
+        int rc = (i + a->index) % 2 ? cudafd_watch_event(a->n, (uintptr_t)a->event, &t)
+                                    : cudafd_watch_stream(a->n, (uintptr_t)a->stream, &t);
+        if (rc == CUDAFD_OK) {
+            a->ok++;
+        } else if (rc == CUDAFD_E_CLOSED) {
+            a->closed++;
+        } else {
+            a->bad++;
+            a->last_bad = rc;
+            snprintf(a->why, sizeof a->why, "%s", cudafd_last_error());
+        }
+    }
+    sim_pop(&ignored);
+    return NULL;
+}
+
+static void test_close_races_watches(int mech, CUcontext ctx)
+{
+    enum { THREADS = 3, ROUNDS = 150 };
+    struct race_arg args[THREADS];
+    pthread_t th[THREADS];
+    CUcontext ignored;
+    for (int i = 0; i < THREADS; i++) {
+        args[i] = (struct race_arg){.ctx = ctx, .stream = new_stream(ctx), .index = i};
+        sim_push(ctx);
+        sim_event_create(&args[i].event, 0);
+        sim_event_record(args[i].event, args[i].stream);
+        sim_pop(&ignored);
+    }
+    int ok = 0, closed = 0, bad = 0, last_bad = 0;
+    char why[256] = "";
+    for (int r = 0; r < ROUNDS; r++) {
+        cudafd_notifier *n = NULL;
+        if (cudafd_notifier_create(mech, &n) != CUDAFD_OK) {
+            CHECK(false, "mech %d: create", mech);
+            break;
+        }
+        for (int i = 0; i < THREADS; i++) {
+            args[i].n = n;
+            args[i].stop = 0;
+            args[i].ok = args[i].closed = args[i].bad = 0;
+            sim_launch(args[i].stream, (next_rand() % 2000) * 1000ull, 0); /* pending work now and then */
+            pthread_create(&th[i], NULL, race_watcher, &args[i]);
+        }
+        usleep(next_rand() % 3000); /* close at a different point of the watches each round */
+        cudafd_notifier_close(n);
+        usleep(500);
+        for (int i = 0; i < THREADS; i++) {
+            __atomic_store_n(&args[i].stop, 1, __ATOMIC_RELEASE);
+            pthread_join(th[i], NULL);
+            ok += args[i].ok;
+            closed += args[i].closed;
+            if (args[i].bad) {
+                bad += args[i].bad;
+                last_bad = args[i].last_bad;
+                snprintf(why, sizeof why, "%s", args[i].why);
+            }
+        }
+        cudafd_notifier_destroy(n);
+    }
+    CHECK(bad == 0, "mech %d: %d watches racing the last close failed (rc %d: %s)", mech, bad, last_bad, why);
+    CHECK(ok > 0 && closed > 0, "mech %d: %d watches, %d said closed: nothing raced", mech, ok, closed);
+    for (int i = 0; i < THREADS; i++) {
+        sim_push(ctx);
+        sim_event_destroy(args[i].event);
+        sim_pop(&ignored);
+        sim_stream_destroy(args[i].stream);
+    }
+}
+
 static void check_counts_zero(void)
 {
     int64_t st[CUDAFD_STAT_COUNT];
@@ -466,6 +558,7 @@ int main(void)
         test_events(mechs[m], a);
         test_fault(mechs[m]);
         test_fault_after_idle(mechs[m]);
+        test_close_races_watches(mechs[m], a);
     }
     test_timed_all(a);
     test_board_all(a);
