@@ -23,6 +23,15 @@
  * CUDAFD_E_* code; cudafd_last_error() then describes the failure on the
  * calling thread. A CUDA error met while setting up a watch is returned as
  * CUDAFD_E_CUDA with the CUresult in cudafd_last_cuda_error().
+ *
+ * fork(): CUDA cannot be used in a child forked after its parent initialised
+ * the driver. In a child forked after this library loaded the driver, every
+ * call that would reach the driver returns CUDAFD_E_STATE (the message says
+ * to start children with spawn, or fork before first use), and a notifier
+ * made before the fork refuses everything but cudafd_notifier_close() and
+ * cudafd_notifier_destroy(), which touch neither the driver nor its locks.
+ * The parent is unaffected. A child forked before the driver was loaded
+ * starts from nothing and works.
  */
 #ifndef CUDAFD_H
 #define CUDAFD_H
@@ -43,7 +52,7 @@ extern "C" {
 #define CUDAFD_E_NOMEM (-3)         /* out of memory */
 #define CUDAFD_E_SYS (-4)           /* a system call failed; the message carries errno */
 #define CUDAFD_E_NODRIVER (-5)      /* the driver library could not be loaded or initialised */
-#define CUDAFD_E_STATE (-6)         /* call not allowed now (driver path after the driver loaded) */
+#define CUDAFD_E_STATE (-6)         /* call not allowed now (driver path after the driver loaded; after fork()) */
 #define CUDAFD_E_CUDA (-7)          /* a driver call failed: see cudafd_last_cuda_error() */
 #define CUDAFD_E_UNSUPPORTED (-8)   /* mechanism not available with this driver */
 #define CUDAFD_E_UNKNOWN_TOKEN (-9) /* cancel: token unknown, already completed or cancelled */

@@ -176,8 +176,15 @@ struct cudafd_notifier {
     uint64_t seq; /* completions pushed (and closes): readable without a lock */
     int clock;    /* the caller's timerfd for waits it times (cudafd_set_clock), or -1; g.mu */
     int64_t clock_idle; /* armed this long after a check ended a wait (0: disarmed then); g.mu */
+    uint32_t fork_gen;  /* g.fork_gen at creation: another value means inherited across fork() (fork.c) */
 };
 void cfd_notifier_push(struct cudafd_notifier *n, uint64_t token, int64_t status); /* g.mu held */
+
+/* ---- fork() (fork.c) ---- */
+/* CUDAFD_OK, or CUDAFD_E_STATE in a child forked after this process used the
+ * driver: CUDA cannot be used there. */
+int cfd_fork_check(void);
+static inline bool cfd_inherited(const struct cudafd_notifier *n);
 
 /* ---- waiter threads (waiters.c, pacing.c, blockers.c, hostfunc.c) ---- */
 #define CFD_HEALTH_NS (20 * 1000 * 1000) /* faults are looked for at least this often */
@@ -272,8 +279,13 @@ struct cfd_global {
     cfd_ctx *contexts;
     /* accounting: live counts and totals, index = cudafd_stats() index */
     int64_t stat[CUDAFD_STAT_COUNT];
+    /* fork() (fork.c) */
+    uint32_t fork_gen; /* forks this process's line went through since the library loaded */
+    bool forked;       /* a child forked after the driver was loaded: the driver is not to be called */
 };
 extern struct cfd_global g;
+
+static inline bool cfd_inherited(const struct cudafd_notifier *n) { return n->fork_gen != g.fork_gen; }
 
 enum {
     ST_THREADS, ST_EVENTS, ST_EVENTFDS, ST_PENDING, ST_NOTIFIERS, ST_CONTEXTS, ST_STREAMS,

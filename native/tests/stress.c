@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "stress.h"
@@ -513,6 +515,47 @@ static void test_close_races_watches(int mech, CUcontext ctx)
     }
 }
 
+/* fork() after use: the child is refused, clearly, and exits; the parent's
+ * wait pending across the fork still completes (fork.c). */
+static void test_fork_child(CUcontext ctx)
+{
+    cudafd_notifier *n = NULL;
+    cudafd_notifier_create(CUDAFD_MECH_EVENT, &n);
+    CUstream s = new_stream(ctx);
+    uint64_t t;
+    sim_launch(s, 100000000, 0); /* 100 ms: pending across the fork */
+    CHECK(cudafd_watch_stream(n, (uintptr_t)s, &t) == CUDAFD_OK, "watch before the fork");
+    pid_t pid = fork();
+    if (pid == 0) {
+        int bad = 0;
+        cudafd_notifier *m = NULL;
+        cudafd_completion c;
+        bad += cudafd_notifier_create(CUDAFD_MECH_EVENT, &m) != CUDAFD_E_STATE || m != NULL;
+        bad += strstr(cudafd_last_error(), "spawn") == NULL;
+        bad += cudafd_watch_stream(n, (uintptr_t)s, &t) != CUDAFD_E_STATE;
+        bad += cudafd_drain(n, &c, 1) != CUDAFD_E_STATE;
+        bad += cudafd_stream_done((uintptr_t)s) != 0;
+        bad += cudafd_notifier_close(n) != CUDAFD_OK;
+        cudafd_notifier_destroy(n);
+        _exit(bad ? 3 : 0);
+    }
+    int status = -1;
+    double deadline = now_s() + 20.0;
+    pid_t done = 0;
+    while ((done = waitpid(pid, &status, WNOHANG)) == 0 && now_s() < deadline)
+        usleep(1000);
+    if (done == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    CHECK(done == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0, "fork child: %s, status %d",
+          done == pid ? "exited" : "hung", status);
+    cudafd_completion c[1];
+    CHECK(collect(n, c, 1, 20.0) == 1 && c[0].token == t && c[0].status == 0, "the parent's wait after the fork");
+    cudafd_notifier_destroy(n);
+    sim_stream_destroy(s);
+}
+
 static void check_counts_zero(void)
 {
     int64_t st[CUDAFD_STAT_COUNT];
@@ -560,6 +603,7 @@ int main(void)
         test_fault_after_idle(mechs[m]);
         test_close_races_watches(mechs[m], a);
     }
+    test_fork_child(a);
     test_timed_all(a);
     test_board_all(a);
     /* blocking waiters take every wait that outlasts the spin (their bridge

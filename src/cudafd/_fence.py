@@ -34,6 +34,7 @@ import time
 from collections.abc import Generator
 from typing import Any
 
+from . import _fork  # noqa: F401 - registers what a fork() child must know (imported with cudafd)
 from ._errors import ClosedError, InvalidStateError
 from ._notifier import Notifier
 

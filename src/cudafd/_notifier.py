@@ -38,7 +38,7 @@ import warnings
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from . import _lib
+from . import _fork, _lib
 from ._backend import Backend
 from ._errors import ClosedError, CudaError, LibraryError
 from ._targets import Target, resolve
@@ -118,6 +118,7 @@ class Notifier:
         self._backend: Backend | None = None
         name = _check_mechanism(mechanism if mechanism is not None else default_mechanism())
         self._lock = threading.Lock()
+        _fork.track(self)  # a fresh lock in a fork() child
         self.mechanism, self._backend = _make_backend(name)
         self.needs_polling = self._backend.needs_polling
         self._fd = self._backend.fileno()

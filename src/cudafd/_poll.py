@@ -24,6 +24,12 @@ CUDA_ERROR_NOT_READY, or the context's sticky fault, which is the wait's status.
 Destroying an event whose record is still pending is allowed (the driver
 frees it once complete).
 
+fork(): in a child forked after the driver was initialised, every call
+that would reach the driver raises CudafdError (_fork.MESSAGE), and a
+backend made before the fork can only be closed, without a driver call: the
+driver is not usable there, and its lock may be held by a thread that did
+not come along.
+
 Nothing here is thread-safe by itself: the Notifier serialises calls (the
 helper thread takes the Notifier's lock too).
 """
@@ -38,8 +44,8 @@ import weakref
 from collections import deque
 from ctypes import byref, c_void_p
 
-from . import _driver
-from ._errors import CudaError
+from . import _driver, _fork
+from ._errors import CudaError, CudafdError
 
 __all__ = ["PollBackend", "live_events", "live_eventfds"]
 
@@ -79,6 +85,7 @@ class PollBackend:
         self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         _count("eventfds", 1)
         self._drv: _driver.Driver | None = None
+        self._fork_generation = _fork.generation()  # another one later: made before a fork()
         self._next_token = 1
         # (ctx, stream, thread) -> deque of (token, event, ctx), in record order
         self._lanes: dict[tuple[int, int, int], deque[tuple[int, int, int]]] = {}
@@ -97,7 +104,16 @@ class PollBackend:
 
     # ---- helpers ----
 
+    def _inherited(self) -> bool:
+        return self._fork_generation != _fork.generation()
+
+    def _refuse_if_forked(self) -> None:
+        _fork.check()
+        if self._inherited():
+            raise CudafdError("this Notifier was made before a fork(): in the child it can only be closed; " + _fork.MESSAGE)
+
     def _get_driver(self) -> _driver.Driver:
+        self._refuse_if_forked()
         drv = self._drv
         if drv is None:
             drv = self._drv = _driver.get()
@@ -116,7 +132,7 @@ class PollBackend:
         return ev.value or 0
 
     def _destroy_event(self, ev: int) -> None:
-        if self._drv is not None:
+        if self._drv is not None and not _fork.forbidden():
             self._drv.cuEventDestroy(ev)  # type: ignore[attr-defined]  # errors: the context is gone
         self._nevents -= 1
         _count("events", -1)
@@ -244,6 +260,7 @@ class PollBackend:
     def poll(self) -> None:
         if self._closed or self._drv is None:
             return
+        self._refuse_if_forked()
         query = self._drv.cuEventQuery  # type: ignore[attr-defined]
         done = self._done
         before = len(done)
@@ -287,6 +304,8 @@ class PollBackend:
                 self.signal()
 
     def drain(self, clear_fd: bool) -> list[tuple[int, int]]:
+        if self._inherited():
+            self._refuse_if_forked()
         if self._signalled or clear_fd:
             try:
                 os.read(self._fd, 8)
