@@ -124,7 +124,8 @@ const uint64_t *cudafd_notifier_seq(const cudafd_notifier *n);
  * no later watch creates one. Optional, and best called before the work
  * starts: on an H200 about every 128th stream a process creates waits until
  * the device has no work in flight, and every call into the context waits
- * behind it. A context's streams go when no notifier is open. */
+ * behind it. A context's side streams stay once made (cudafd_release_idle);
+ * its bridges go when no notifier is open. */
 int cudafd_prepare(cudafd_notifier *n, uintptr_t stream);
 /* Mark the current end of the stream: completes when all work enqueued on
  * `stream` before this call has finished. stream may be 0 (legacy default
@@ -197,14 +198,28 @@ void cudafd_notifier_destroy(cudafd_notifier *n);
 
 /* ---- accounting ---- */
 
+/* A context's side streams (the hostfunc mechanism's, those of waits on an
+ * event) are made at their first use and kept, after the last notifier
+ * closed too, until the process exits: so a later notifier or one-shot fence
+ * in that context makes none (a stream creation can wait until the GPU is
+ * idle, and every call into the context waits behind it). A kept pool is
+ * checked once at its next use (one cuStreamQuery): if its context was
+ * destroyed meanwhile, it is dropped and made again. This call destroys
+ * them, with the records of their contexts, when no notifier is open (else
+ * it does nothing: they are in use). Call it before destroying a context of
+ * your own, or to see every live count at zero. Returns how many streams it
+ * destroyed. */
+int cudafd_release_idle(void);
+
 /* Live counts, by index (stable within an ABI version):
  *   0 threads    native threads of cudafd alive now
  *   1 events     CUevents created by cudafd and not yet destroyed
  *   2 eventfds   eventfds open (the notifiers', and the poller's timerfd)
  *   3 pending    wait records alive (attached or detached, not yet finished)
  *   4 notifiers  notifiers created and not yet destroyed
- *   5 contexts   per-context records (event pools, side streams)
- *   6 streams    side streams created by cudafd (hostfunc)
+ *   5 contexts   per-context records (event pools, side streams; kept with them)
+ *   6 streams    side streams created by cudafd (hostfunc, waits on events,
+ *                bridges), kept ones included (cudafd_release_idle)
  * and cumulative totals:
  *   7 completed  completions delivered
  *   8 spun       completions found by the polling waiter

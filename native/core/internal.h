@@ -66,6 +66,7 @@ typedef struct cfd_side_pool {
     int nkeys, capkeys;
     bool filled;  /* made (or tried) all at once: cfd_side_fill_locked */
     bool filling; /* a thread makes them now; others wait (g.fill_cv) */
+    bool kept;    /* kept past the last notifier's close: checked once at the next use (contexts.c) */
 } cfd_side_pool;
 typedef struct cfd_ctx {
     CUcontext ctx;
@@ -82,7 +83,7 @@ cfd_ctx *cfd_ctx_get(CUcontext ctx);              /* g.mu held; NULL on OOM */
 CUevent cfd_ctx_take_event(cfd_ctx *cx);          /* g.mu held; NULL if pool empty */
 void cfd_ctx_give_event(cfd_ctx *cx, CUevent ev); /* g.mu held; the event is idle */
 void cfd_ctx_release(cfd_ctx *cx);                /* g.mu held; drops one nwaits */
-void cfd_quiesce_locked(void);                    /* g.mu held: retire idle pools if nothing is open */
+void cfd_quiesce_locked(void);                    /* g.mu held: retire idle pools if nothing is open (side streams stay) */
 void cfd_probe_begin(void);                       /* g.mu held: keep events and records alive while unlocked */
 void cfd_probe_end(void);                         /* g.mu held: ends a probe, retires what it kept alive */
 int cfd_event_create(CUevent *ev, bool blocking); /* counted; caller's context current */

@@ -556,11 +556,60 @@ static void test_fork_child(CUcontext ctx)
     sim_stream_destroy(s);
 }
 
+/* One-shot hostfunc notifiers, one after another: the first makes the
+ * context's side streams, which outlive it; the later ones make none
+ * (contexts.c). A kept pool whose context was destroyed is dropped at its
+ * next use; cudafd_release_idle destroys the rest. */
+static void test_side_streams_kept(void)
+{
+    CUcontext ctx = NULL;
+    sim_ctx_create(0, &ctx);
+    CUstream s = new_stream(ctx);
+    int64_t st[CUDAFD_STAT_COUNT];
+    int64_t made = -1;
+    bool steady = true;
+    for (int i = 0; i < 8; i++) {
+        cudafd_notifier *n = NULL;
+        cudafd_notifier_create(CUDAFD_MECH_HOSTFUNC, &n);
+        uint64_t t;
+        cudafd_completion c[1];
+        sim_launch(s, 1000, 0);
+        CHECK(cudafd_watch_stream(n, (uintptr_t)s, &t) == CUDAFD_OK && collect(n, c, 1, 20.0) == 1,
+              "one-shot hostfunc wait %d", i);
+        cudafd_notifier_destroy(n);
+        cudafd_stats(st, CUDAFD_STAT_COUNT);
+        if (made < 0)
+            made = st[6];
+        steady &= st[6] == made;
+    }
+    CHECK(made >= 32 && steady, "side streams made by one-shot notifiers: %lld, then %lld", (long long)made,
+          (long long)st[6]);
+    CHECK(cudafd_notifier_pending(NULL) < 0, "pending of NULL"); /* (no notifier is open here) */
+    sim_stream_destroy(s);
+    sim_ctx_destroy(ctx); /* their context goes: the kept streams are dead handles now */
+    sim_ctx_create(0, &ctx); /* a new context: its own streams */
+    s = new_stream(ctx);
+    cudafd_notifier *n = NULL;
+    cudafd_notifier_create(CUDAFD_MECH_HOSTFUNC, &n);
+    uint64_t t;
+    cudafd_completion c[1];
+    CHECK(cudafd_watch_stream(n, (uintptr_t)s, &t) == CUDAFD_OK && collect(n, c, 1, 20.0) == 1 && c[0].status == 0,
+          "a wait in a new context beside a dead one's kept streams");
+    CHECK(cudafd_release_idle() == 0, "release_idle with a notifier open released streams in use");
+    cudafd_notifier_destroy(n);
+    CHECK(cudafd_release_idle() >= 32, "release_idle destroyed no kept stream");
+    cudafd_stats(st, CUDAFD_STAT_COUNT);
+    CHECK(st[6] == 0, "%lld side streams after release_idle", (long long)st[6]);
+    sim_stream_destroy(s);
+    sim_ctx_destroy(ctx);
+}
+
 static void check_counts_zero(void)
 {
     int64_t st[CUDAFD_STAT_COUNT];
     double deadline = now_s() + 10.0;
     for (;;) {
+        cudafd_release_idle(); /* the side streams kept for later notifiers */
         cudafd_stats(st, CUDAFD_STAT_COUNT);
         int live = st[15] != 0; /* host notifications in flight */
         for (int i = 0; i <= 6; i++)
@@ -604,6 +653,7 @@ int main(void)
         test_close_races_watches(mechs[m], a);
     }
     test_fork_child(a);
+    test_side_streams_kept();
     test_timed_all(a);
     test_board_all(a);
     /* blocking waiters take every wait that outlasts the spin (their bridge

@@ -102,6 +102,7 @@ _PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "cudafd_notifier_destroy": (None, [c_void_p]),
     "cudafd_stat_name": (c_char_p, [c_int]),
     "cudafd_stats": (c_int, [POINTER(c_int64), c_int]),
+    "cudafd_release_idle": (c_int, []),
     "cudafd_board_create": (c_int, [c_int, POINTER(c_void_p)]),
     "cudafd_board_destroy": (None, [c_void_p]),
     "cudafd_board_words": (c_int, [c_void_p, POINTER(c_void_p), POINTER(c_void_p)]),

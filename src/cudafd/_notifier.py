@@ -176,8 +176,9 @@ class Notifier:
         later wait creates one. Optional; call it before the work starts.
         Why: on an H200 about every 128th stream a process creates waits
         until the GPU has no work in flight, and every CUDA call of the
-        process waits behind it (docs/guide.md, "Many streams"). They stay
-        until no Notifier is open. Raises TypeError for something that is
+        process waits behind it (docs/guide.md, "Many streams"). Side streams
+        stay until the process exits; bridges until no Notifier is open.
+        Raises TypeError for something that is
         not a stream, CudaError for a dead one, ClosedError after close().
         """
         t = resolve(stream)
