@@ -10,7 +10,10 @@
  * cancellation storm; a fault with many pending waiters; close with pending
  * waits; hostfunc waits past the host-notification budget (launched later
  * by the watchdog: the cancel, close and fault cases hold hundreds) and more
- * blocking waiters than bridges; waits timed by their caller
+ * blocking waiters than bridges; the last notifier closed while other
+ * threads watch on it; a fork() child refused and exiting while the
+ * parent's wait goes on; side streams kept past the last notifier and
+ * released on request; waits timed by their caller
  * (stress_timed.c); the answer board
  * (stress_board.c); bad input; every
  * live count back to zero at the end.
