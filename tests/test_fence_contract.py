@@ -208,6 +208,5 @@ def test_prepare_refuses_a_dead_stream_on_every_mechanism(dev, mechanism):
     handle = s.handle
     dev.drv.cuStreamDestroy(handle)
     dev.streams.remove(s)
-    with cudafd.Notifier(mechanism) as n:
-        with pytest.raises(cudafd.CudaError):
-            n.prepare(handle)
+    with cudafd.Notifier(mechanism) as n, pytest.raises(cudafd.CudaError):
+        n.prepare(handle)
