@@ -99,7 +99,6 @@ class PollBackend:
         self._signalled = False
         self._closed = False
         self._owner: weakref.ref[object] | None = None  # the Notifier whose fileno() asked for the helper
-        self._owner_lock: threading.Lock | None = None
         self._helper: threading.Thread | None = None  # running while set (owner's lock)
 
     # ---- helpers ----
@@ -216,11 +215,10 @@ class PollBackend:
 
     def poll_by_itself(self, owner: object, lock: threading.Lock) -> None:
         """From now on, keep a helper thread polling while anything is pending.
-        Called with ``lock`` (the owner's) held; the helper takes it for each
-        poll() and holds ``owner`` (the Notifier) alive while it runs, so no
-        finalizer destroys this backend under it."""
+        Called with ``lock`` (the owner's ``_lock``) held; the helper takes
+        the owner's lock for each poll() and holds ``owner`` (the Notifier)
+        alive while it runs, so no finalizer destroys this backend under it."""
         self._owner = weakref.ref(owner)
-        self._owner_lock = lock
         self._start_helper()
 
     def _has_work(self) -> bool:
@@ -240,12 +238,10 @@ class PollBackend:
         helper.start()
 
     def _helper_main(self, owner: object) -> None:
-        lock = self._owner_lock
-        assert lock is not None
         me = threading.current_thread()
         delay = POLL_MIN
         while True:
-            with lock:
+            with owner._lock:  # type: ignore[attr-defined]  # (looked up each time: a fork() child gets a new one)
                 if self._helper is not me:
                     return
                 if self._closed or not self._has_work():
