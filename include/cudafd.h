@@ -23,6 +23,15 @@
  * CUDAFD_E_* code; cudafd_last_error() then describes the failure on the
  * calling thread. A CUDA error met while setting up a watch is returned as
  * CUDAFD_E_CUDA with the CUresult in cudafd_last_cuda_error().
+ *
+ * fork(): CUDA cannot be used in a child forked after its parent initialised
+ * the driver. In a child forked after this library loaded the driver, every
+ * call that would reach the driver returns CUDAFD_E_STATE (the message says
+ * to start children with spawn, or fork before first use), and a notifier
+ * made before the fork refuses everything but cudafd_notifier_close() and
+ * cudafd_notifier_destroy(), which touch neither the driver nor its locks.
+ * The parent is unaffected. A child forked before the driver was loaded
+ * starts from nothing and works.
  */
 #ifndef CUDAFD_H
 #define CUDAFD_H
@@ -43,7 +52,7 @@ extern "C" {
 #define CUDAFD_E_NOMEM (-3)         /* out of memory */
 #define CUDAFD_E_SYS (-4)           /* a system call failed; the message carries errno */
 #define CUDAFD_E_NODRIVER (-5)      /* the driver library could not be loaded or initialised */
-#define CUDAFD_E_STATE (-6)         /* call not allowed now (driver path after the driver loaded) */
+#define CUDAFD_E_STATE (-6)         /* call not allowed now (driver path after the driver loaded; after fork()) */
 #define CUDAFD_E_CUDA (-7)          /* a driver call failed: see cudafd_last_cuda_error() */
 #define CUDAFD_E_UNSUPPORTED (-8)   /* mechanism not available with this driver */
 #define CUDAFD_E_UNKNOWN_TOKEN (-9) /* cancel: token unknown, already completed or cancelled */
@@ -130,7 +139,8 @@ uint64_t cudafd_notifier_seq_now(const cudafd_notifier *n);
  * watch creates one. Optional, and best called before the work
  * starts: on an H200 about every 128th stream a process creates waits until
  * the device has no work in flight, and every call into the context waits
- * behind it. A context's streams go when no notifier is open. */
+ * behind it. A context's side streams stay once made (cudafd_release_idle);
+ * its bridges go when no notifier is open. */
 int cudafd_prepare(cudafd_notifier *n, uintptr_t stream);
 /* Mark the current end of the stream: completes when all work enqueued on
  * `stream` before this call has finished. stream may be 0 (legacy default
@@ -168,6 +178,19 @@ void cudafd_notifier_destroy(cudafd_notifier *n);
 
 /* ---- accounting ---- */
 
+/* A context's side streams (the hostfunc mechanism's, those of waits on an
+ * event) are made at their first use and kept, after the last notifier
+ * closed too, until the process exits: so a later notifier or one-shot fence
+ * in that context makes none (a stream creation can wait until the GPU is
+ * idle, and every call into the context waits behind it). A kept pool is
+ * checked once at its next use (one cuStreamQuery): if its context was
+ * destroyed meanwhile, it is dropped and made again. This call destroys
+ * them, with the records of their contexts, when no notifier is open (else
+ * it does nothing: they are in use). Call it before destroying a context of
+ * your own, or to see every live count at zero. Returns how many streams it
+ * destroyed. */
+int cudafd_release_idle(void);
+
 /* Live counts, by index (stable within an ABI version):
  *   0 threads    native threads of cudafd alive now (the poller; for
  *                hostfunc, its watchdog)
@@ -175,8 +198,9 @@ void cudafd_notifier_destroy(cudafd_notifier *n);
  *   2 eventfds   eventfds open (the notifiers', and the poller's timerfd)
  *   3 pending    wait records alive (attached or detached, not yet finished)
  *   4 notifiers  notifiers created and not yet destroyed
- *   5 contexts   per-context records (event pools, side streams)
- *   6 streams    side streams created by cudafd (hostfunc, waits on events)
+ *   5 contexts   per-context records (event pools, side streams; kept with them)
+ *   6 streams    side streams created by cudafd (hostfunc, waits on events),
+ *                kept ones included (cudafd_release_idle)
  *   7 notifications  host functions in flight (the core keeps at most 16:
  *                past the driver's few, every call into the context stalls)
  * and cumulative totals:

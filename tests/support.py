@@ -78,6 +78,8 @@ class Device:
         return st
 
     def close(self) -> None:
+        gc.collect()
+        release_idle()  # while the context lives: its kept side streams are still valid handles
         for s in self.streams:
             if REAL:
                 self.drv.cuStreamSynchronize(s.handle)
@@ -213,12 +215,21 @@ def live_counts() -> dict[str, int]:
     return {k: s.get(k, 0) for k in LIVE_COUNTS}
 
 
+def release_idle() -> int:
+    """Destroy the side streams the core keeps for later notifiers (when no
+    Notifier is open): cudafd_release_idle. 0 where the core is not loaded."""
+    lib = _lib.loaded()
+    return lib.cudafd_release_idle() if lib is not None else 0
+
+
 def wait_for_zero_counts(timeout: float = 10.0) -> dict[str, int]:
-    """Collect garbage and wait for every live native count to reach zero;
-    returns the last counts seen (all zero on success)."""
+    """Collect garbage and wait for every live native count to reach zero
+    (the side streams kept for later notifiers released first); returns the
+    last counts seen (all zero on success)."""
     deadline = time.monotonic() + timeout
     while True:
         gc.collect()
+        release_idle()
         counts = live_counts()
         if not any(counts.values()) or time.monotonic() > deadline:
             return counts

@@ -16,7 +16,7 @@ import pytest
 
 import cudafd
 from cudafd import _lib
-from support import REAL, core_option, first_watch, run
+from support import REAL, core_option, first_watch, release_idle, run
 from test_host_notifications import GATE_S, SLOW_WATCH_S, _complete_in_order, _gate, _watch_all
 
 BOUNDARY = 128  # the simulator's CUDAFDSIM_STREAM_BLOCK
@@ -99,3 +99,45 @@ def test_prepare_returns_once_the_streams_are_made(dev):
             made = cudafd.stats()["streams"]
             first.join()
         assert made >= 32, f"prepare() returned with {made} streams made"
+
+
+def test_one_shot_hostfunc_fences_make_no_stream_under_load(dev):
+    """One hostfunc fence at a time, each closed before the next, with no
+    other Notifier open: the context's side streams, made by the first,
+    outlive it, so the later ones make none, and none waits for the GPU
+    although the next stream the context makes would block until the gate
+    opens."""
+    s = dev.stream()
+    with cudafd.fence(s, "hostfunc") as f:  # the context's first: makes its side streams
+        assert f.wait(10)
+        made = cudafd.stats()["streams"]
+    assert made >= 32, f"the first hostfunc fence made {made} side streams"
+    assert cudafd.stats()["notifiers"] == 0
+    _pad_to_boundary(dev, made_by_gate=1 + made - cudafd.stats()["streams"])
+    with _gate(dev, [s]) as closed:
+        slowest, done = 0.0, 0
+        for _ in range(12):
+            t0 = time.monotonic()
+            with cudafd.fence(s, "hostfunc") as f:
+                slowest = max(slowest, time.monotonic() - t0)
+                done += f.done()
+        assert slowest < SLOW_WATCH_S and not done, (
+            f"a one-shot fence blocked {slowest:.2f} s on a stream creation ({done} of 12 found the gate open)")
+        assert closed(), "the gate opened before the fences ended: nothing was tested"
+        assert cudafd.stats()["streams"] == made, "a one-shot fence under load made a stream"
+        pending = cudafd.fence(s, "hostfunc")
+    assert pending.wait(30)
+    pending.close()
+    assert cudafd.stats()["streams"] == made
+
+
+def test_kept_side_streams_are_released_on_request(dev):
+    s = dev.stream()
+    with cudafd.fence(s, "hostfunc") as f:
+        assert f.wait(10)
+    assert cudafd.stats()["streams"] >= 32
+    with cudafd.Notifier("hostfunc"):
+        assert release_idle() == 0, "released side streams while a Notifier was open"
+    assert release_idle() >= 32
+    assert cudafd.stats()["streams"] == 0
+    assert cudafd.stats()["contexts"] == 0

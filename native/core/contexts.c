@@ -17,6 +17,16 @@
  * caller that wants none made under load makes them all before its work
  * starts (cudafd_prepare).
  *
+ * Side streams outlive the last notifier: made once per context, they are
+ * kept until the process exits (or cudafd_release_idle), so a one-shot fence
+ * after the first makes none. Retiring them with the last notifier, as event
+ * pools are, made every 4th one-shot hostfunc fence cross a 128-stream
+ * boundary, which held its caller until the GPU was idle (4.0 s seen). The
+ * other choice, a fence that makes only the one side stream it needs, still
+ * creates a stream per fence, and so stalls every 128th. A kept pool whose
+ * context was destroyed holds dead handles: its next use asks the driver
+ * about one (cuStreamQuery), and drops them all if it does not know it.
+ *
  * Pool events are created with CU_EVENT_DISABLE_TIMING only: no timing keeps
  * a record as cheap as the driver allows, and they are not blocking-sync,
  * because the driver lets only about 56 blocking-sync records be pending on a
@@ -91,24 +101,42 @@ void cfd_event_destroy(CUevent ev)
     cfd_count(ST_EVENTS, -1);
 }
 
+/* Destroy the pool's idle side streams. A stream someone holds (a watch
+ * setting up, which uses it without g.mu; a wait in flight on it) stays,
+ * and so does a pool being filled: their holder releases them (or finishes
+ * the fill) and then quiesces again, since each of those paths ends in
+ * cfd_quiesce_locked once no notifier is open (ctx_unhold, cfd_wait_complete,
+ * the watchdog's bury_parked_events). */
 static void retire_streams(cfd_side_pool *p)
 {
-    p->filled = false;
+    if (p->filling)
+        return;
     for (int i = 0; i < CFD_SIDE_MAX; i++) {
-        if (p->stream[i]) {
+        if (p->stream[i] && p->busy[i] == 0) {
             cu.cuStreamDestroy(p->stream[i]);
             p->stream[i] = NULL;
+            p->filled = false;
             cfd_count(ST_STREAMS, -1);
         }
     }
 }
 
+static bool has_streams(const cfd_side_pool *p)
+{
+    for (int i = 0; i < CFD_SIDE_MAX; i++)
+        if (p->stream[i])
+            return true;
+    return p->filling;
+}
+
+/* Idle events go; side streams are kept for the next notifier. */
 static void retire(cfd_ctx *cx)
 {
     for (int i = 0; i < cx->npool; i++)
         cfd_event_destroy(cx->pool[i]);
     cx->npool = 0;
-    retire_streams(&cx->side);
+    if (has_streams(&cx->side))
+        cx->side.kept = true;
 }
 
 void cfd_quiesce_locked(void)
@@ -122,7 +150,7 @@ void cfd_quiesce_locked(void)
     while (*link) {
         cfd_ctx *cx = *link;
         retire(cx);
-        if (cx->nwaits == 0) {
+        if (cx->nwaits == 0 && !has_streams(&cx->side)) {
             *link = cx->next;
             free(cx->pool);
             free(cx->side.keys);
@@ -140,6 +168,48 @@ void cfd_quiesce_locked(void)
 }
 
 void cfd_ctx_release(cfd_ctx *cx) { cx->nwaits--; }
+
+CFD_API int cudafd_release_idle(void)
+{
+    pthread_mutex_lock(&g.mu);
+    int64_t before = g.stat[ST_STREAMS];
+    if (g.nopen == 0 && !g.probing) {
+        for (cfd_ctx *cx = g.contexts; cx; cx = cx->next)
+            retire_streams(&cx->side);
+        cfd_quiesce_locked();
+    }
+    int released = (int)(before - g.stat[ST_STREAMS]);
+    pthread_mutex_unlock(&g.mu);
+    return released;
+}
+
+/* The first use of a kept pool: if its context is gone (destroyed while no
+ * notifier was open), so are its streams; forget them. g.mu held, released
+ * around the query (the pool is marked filling meanwhile, so others wait). */
+static void check_kept_locked(cfd_side_pool *p)
+{
+    p->kept = false;
+    CUstream probe = NULL;
+    for (int i = 0; i < CFD_SIDE_MAX && !probe; i++)
+        probe = p->stream[i];
+    if (!probe || p->filling)
+        return;
+    p->filling = true;
+    pthread_mutex_unlock(&g.mu);
+    CUresult r = cu.cuStreamQuery(probe);
+    pthread_mutex_lock(&g.mu);
+    if (r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_CONTEXT_IS_DESTROYED || r == CUDA_ERROR_INVALID_CONTEXT) {
+        for (int i = 0; i < CFD_SIDE_MAX; i++) {
+            if (p->stream[i] && p->busy[i] == 0) {
+                p->stream[i] = NULL; /* destroyed with its context */
+                cfd_count(ST_STREAMS, -1);
+            }
+        }
+        p->filled = false;
+    }
+    p->filling = false;
+    pthread_cond_broadcast(&g.fill_cv);
+}
 
 void cfd_probe_begin(void) { g.probing++; }
 
@@ -236,6 +306,8 @@ void cfd_side_fill_locked(cfd_side_pool *p, int count)
 int cfd_side_stream(cfd_side_pool *p, uintptr_t key, bool fill, CUstream *out, int *index)
 {
     pthread_mutex_lock(&g.mu);
+    if (p->kept)
+        check_kept_locked(p);
     if ((fill && !p->filled) || p->filling)
         cfd_side_fill_locked(p, CFD_SIDE_MAX);
     int i = hold_side(p, key);

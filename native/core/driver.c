@@ -190,6 +190,9 @@ static int load_locked(void)
 
 CFD_API int cudafd_driver_load(void)
 {
+    int forked = cfd_fork_check(); /* a child forked after the load: CUDA is not usable there */
+    if (forked != CUDAFD_OK)
+        return forked;
     if (atomic_load_explicit(&loaded, memory_order_acquire))
         return CUDAFD_OK;
     pthread_mutex_lock(&load_mu);

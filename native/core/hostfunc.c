@@ -21,8 +21,7 @@
  *    the query reports one: a fault surfaces within about two watchdog
  *    periods instead of never.
  *
- * Host functions in flight are few (CFD_NOTIFY_MAX, shared with the blocking
- * waiters' bridges): past the driver's own limit cuLaunchHostFunc blocks
+ * Host functions in flight are few (CFD_NOTIFY_MAX): past the driver's own limit cuLaunchHostFunc blocks
  * until the GPU catches up, and on an H200 so does every other call into the
  * context, the caller's event loop with it. A watch past the budget records
  * its event and returns; the side stream's wait for it and the host function

@@ -66,6 +66,7 @@ typedef struct cfd_side_pool {
     int nkeys, capkeys;
     bool filled;  /* made (or tried) all at once: cfd_side_fill_locked */
     bool filling; /* a thread makes them now; others wait (g.fill_cv) */
+    bool kept;    /* kept past the last notifier's close: checked once at the next use (contexts.c) */
 } cfd_side_pool;
 typedef struct cfd_ctx {
     CUcontext ctx;
@@ -81,7 +82,7 @@ cfd_ctx *cfd_ctx_get(CUcontext ctx);              /* g.mu held; NULL on OOM */
 CUevent cfd_ctx_take_event(cfd_ctx *cx);          /* g.mu held; NULL if pool empty */
 void cfd_ctx_give_event(cfd_ctx *cx, CUevent ev); /* g.mu held; the event is idle */
 void cfd_ctx_release(cfd_ctx *cx);                /* g.mu held; drops one nwaits */
-void cfd_quiesce_locked(void);                    /* g.mu held: retire idle pools if nothing is open */
+void cfd_quiesce_locked(void);                    /* g.mu held: retire idle pools if nothing is open (side streams stay) */
 void cfd_probe_begin(void);                       /* g.mu held: keep events and records alive while unlocked */
 void cfd_probe_end(void);                         /* g.mu held: ends a probe, retires what it kept alive */
 int cfd_event_create(CUevent *ev, bool blocking); /* counted; caller's context current */
@@ -166,8 +167,15 @@ struct cudafd_notifier {
     size_t qhead, qlen, qcap;
     uint64_t seq; /* completions pushed (and closes): readable without a lock */
     int64_t max_lateness; /* ns: how late its waits may be found (waiters.c); g.mu */
+    uint32_t fork_gen;    /* g.fork_gen at creation: another value means inherited across fork() (fork.c) */
 };
 void cfd_notifier_push(struct cudafd_notifier *n, uint64_t token, int64_t status); /* g.mu held */
+
+/* ---- fork() (fork.c) ---- */
+/* CUDAFD_OK, or CUDAFD_E_STATE in a child forked after this process used the
+ * driver: CUDA cannot be used there. */
+int cfd_fork_check(void);
+static inline bool cfd_inherited(const struct cudafd_notifier *n);
 
 /* ---- the poller (waiters.c) and the hostfunc watchdog (hostfunc.c) ---- */
 int cfd_lane_activate(cfd_lane *l); /* a lane that just got its first wait: the poller's now; g.mu held */
@@ -212,8 +220,13 @@ struct cfd_global {
     cfd_ctx *contexts;
     /* accounting: live counts and totals, index = cudafd_stats() index */
     int64_t stat[CUDAFD_STAT_COUNT];
+    /* fork() (fork.c) */
+    uint32_t fork_gen; /* forks this process's line went through since the library loaded */
+    bool forked;       /* a child forked after the driver was loaded: the driver is not to be called */
 };
 extern struct cfd_global g;
+
+static inline bool cfd_inherited(const struct cudafd_notifier *n) { return n->fork_gen != g.fork_gen; }
 
 enum {
     ST_THREADS, ST_EVENTS, ST_EVENTFDS, ST_PENDING, ST_NOTIFIERS, ST_CONTEXTS, ST_STREAMS,

@@ -54,6 +54,7 @@ CFD_API int cudafd_notifier_create(int mechanism, cudafd_notifier **out)
     pthread_mutex_init(&n->mu, NULL);
     pthread_mutex_lock(&g.mu);
     n->max_lateness = g.max_lateness_ns;
+    n->fork_gen = g.fork_gen;
     g.nopen++;
     pthread_mutex_unlock(&g.mu);
     cfd_count(ST_EVENTFDS, 1);
@@ -110,10 +111,22 @@ void cfd_notifier_push(cudafd_notifier *n, uint64_t token, int64_t status)
     pthread_mutex_unlock(&n->mu);
 }
 
+/* A notifier made before a fork(), used in the child: its waits are the
+ * parent's (fork.c). */
+static int inherited_error(void)
+{
+    return cfd_fail(CUDAFD_E_STATE, "this notifier was made before a fork(): in the child it can only be "
+                                    "closed; CUDA cannot be used in a process forked after its parent used "
+                                    "it (start child processes with multiprocessing's 'spawn' or "
+                                    "'forkserver' start method)");
+}
+
 CFD_API int cudafd_drain(cudafd_notifier *n, cudafd_completion *out, int max)
 {
     if (!n || (!out && max > 0) || max < 0)
         return cfd_fail(CUDAFD_E_INVALID, "bad drain arguments");
+    if (cfd_inherited(n))
+        return inherited_error();
     pthread_mutex_lock(&n->mu);
     int rc;
     if (n->closed && n->qlen == 0) {
@@ -138,6 +151,8 @@ CFD_API int cudafd_notifier_pending(const cudafd_notifier *n)
 {
     if (!n)
         return cfd_fail(CUDAFD_E_INVALID, "notifier is NULL");
+    if (cfd_inherited(n))
+        return inherited_error();
     cudafd_notifier *m = (cudafd_notifier *)n;
     pthread_mutex_lock(&g.mu);
     pthread_mutex_lock(&m->mu);
@@ -151,6 +166,11 @@ CFD_API int cudafd_notifier_close(cudafd_notifier *n)
 {
     if (!n)
         return cfd_fail(CUDAFD_E_INVALID, "notifier is NULL");
+    if (cfd_inherited(n)) { /* no lock of its own (a parent's thread may have held it), no driver */
+        if (!__atomic_exchange_n(&n->closed, true, __ATOMIC_ACQ_REL))
+            signal_fd(n);
+        return CUDAFD_OK;
+    }
     pthread_mutex_lock(&g.mu);
     if (!n->closed) {
         cfd_detach_all(n);
@@ -178,7 +198,8 @@ CFD_API void cudafd_notifier_destroy(cudafd_notifier *n)
         return;
     cudafd_notifier_close(n);
     close(n->fd);
-    pthread_mutex_destroy(&n->mu);
+    if (!cfd_inherited(n)) /* else its state is whatever the parent's threads left */
+        pthread_mutex_destroy(&n->mu);
     free(n->q);
     free(n);
     cfd_count(ST_EVENTFDS, -1);

@@ -54,8 +54,7 @@
  * exactly one thread, in order.
  *
  * The poller starts with the first active lane and exits once no notifier
- * is open and no lane is left; detached waits still in flight keep it until
- * the GPU passes them.
+ * is open; the detached waits left then are dropped (drop_all).
  */
 #include <errno.h>
 #include <poll.h>
@@ -214,6 +213,21 @@ static void retire_lane(cfd_lane *l)
     cfd_lane_free(l);
 }
 
+/* With no notifier open every wait is detached, and its result goes nowhere:
+ * the poller lets them all go now rather than poll them until the GPU passes
+ * them (a 30 s kernel would keep it, and its timerfd, alive that long). The
+ * events are destroyed with their records pending, which the driver allows
+ * (it frees them once the records complete). The poller's own lanes: g.mu held. */
+static void drop_all(void)
+{
+    while (active) {
+        cfd_lane *l = active;
+        while (l->head)
+            cfd_lane_pop(l, 0);
+        retire_lane(l);
+    }
+}
+
 struct snap {
     cfd_lane *lane;
     CUevent ev;
@@ -228,6 +242,8 @@ static void *poller_main(void *arg)
     prctl(PR_SET_TIMERSLACK, 1UL); /* timed wakes come when asked, not up to 50 us later */
     pthread_mutex_lock(&g.mu);
     for (;;) {
+        if (g.nopen == 0 && active) /* every wait is detached: nobody will ask about them */
+            drop_all();
         int64_t now = cfd_now_ns();
         int k = 0;
         int64_t next = INT64_MAX;

@@ -896,7 +896,7 @@ static void test_handles(void)
     CUevent oe = new_event();
     OK(cudafdsim_launch(os, MS(2000), 0));
     OK(D.cuEventRecord(oe, os));
-    struct hostrec queued1 = {0}, queued2 = {0}, never = {0};
+    struct hostrec never = {0};
     OK(D.cuLaunchHostFunc(os, hostfn_record, &never));
     OK(D.cuCtxPopCurrent(NULL));
     struct syncer ws[3] = {

@@ -13,15 +13,20 @@
 #include "../sim/cudafd_sim.h"
 
 extern int passed, failed;
+/* The core keeps a thread's last error message until its next error, so a
+ * failed check names it only if it was set since this thread's previous
+ * check (check_error, stress.c): never one left over from an earlier call. */
+const char *check_error(bool failed_now);
 #define CHECK(cond, ...)                                                                           \
     do {                                                                                           \
         if (cond) {                                                                                \
             passed++;                                                                              \
+            check_error(false);                                                                    \
         } else {                                                                                   \
             failed++;                                                                              \
             fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                       \
             fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, " [%s]\n", cudafd_last_error());                                      \
+            fprintf(stderr, " [%s]\n", check_error(true));                                        \
         }                                                                                          \
     } while (0)
 

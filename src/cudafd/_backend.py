@@ -19,7 +19,7 @@ __all__ = ["Backend"]
 
 class Backend(Protocol):
     mechanism: str
-    needs_polling: bool  # True: nothing wakes the fd unless poll() is called
+    needs_polling: bool  # True: nothing wakes the fd unless poll() is called (or a helper thread does: _poll.py)
 
     def fileno(self) -> int:
         """The eventfd that is readable while completions are queued (and once closed)."""

@@ -3,11 +3,18 @@
 ``fence(target)`` watches the target at once (the point is the stream's end
 *now*, or the event's latest record now) on a Notifier of its own, so
 ``fileno()`` can be handed to any poller: it turns readable once the point is
-passed (or the fence is closed) and stays readable.
+passed (or the work faulted) and stays readable until close(), whatever was
+called meanwhile (done() drains the Notifier, which reads its eventfd, so once
+the outcome is known the Fence writes the eventfd again, and nothing reads it
+after). With the "poll" mechanism, ``fileno()`` starts the Notifier's helper
+thread that polls the driver (see Notifier.fileno), so a plain select() loop
+wakes too.
 
 Blocking use: ``wait(timeout)`` sleeps in poll(2) on the fd (no GIL held, no
 thread of ours busy); with the "poll" mechanism it queries with a backoff of
-50 µs doubling to 2 ms. Async use: ``await fence`` waits through the running
+50 µs doubling to 2 ms. It takes any timeout threading.Event.wait takes, and
+more: ``None``, ``float('inf')`` or a huge number wait without limit (poll(2)
+is given at most an hour at a time), zero, a negative number or NaN look once. Async use: ``await fence`` waits through the running
 loop's adapter. A fault in the awaited work raises CudaError from wait(),
 result() and await. close() detaches the wait (the GPU work is not
 cancelled); a fence closed before it finished reports ClosedError.
@@ -18,11 +25,16 @@ from any thread.
 
 from __future__ import annotations
 
+import math
+import numbers
+import os
 import select
+import sys
 import time
 from collections.abc import Generator
 from typing import Any
 
+from . import _fork  # noqa: F401 - registers what a fork() child must know (imported with cudafd)
 from ._errors import ClosedError, InvalidStateError
 from ._notifier import Notifier
 
@@ -30,7 +42,30 @@ __all__ = ["Fence", "fence"]
 
 _POLL_MIN = 50e-6
 _POLL_MAX = 2e-3
+_SLEEP_MAX = 3600.0  # the longest single sleep in wait(): poll(2) takes an int of ms
 _PENDING = object()
+_ONE = (1).to_bytes(8, sys.byteorder)
+
+
+def _deadline(timeout: object) -> float | None:
+    """The monotonic deadline of ``wait(timeout)``; None: no limit.
+
+    Accepts what threading.Event.wait accepts (a real number; NaN, zero or
+    negative: look once) and any larger real number or infinity (no limit),
+    so a huge timeout never overflows a conversion.
+    """
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(f"timeout must be a number of seconds or None, not {type(timeout).__qualname__}")
+    try:
+        seconds = float(timeout)
+    except OverflowError:  # an int too large for a float
+        seconds = math.inf if timeout > 0 else -math.inf
+    if math.isnan(seconds) or seconds <= 0:
+        return time.monotonic()
+    deadline = time.monotonic() + seconds
+    return None if math.isinf(deadline) else deadline
 
 
 class Fence:
@@ -47,7 +82,7 @@ class Fence:
             notifier.close()
             raise
         self._notifier = notifier
-        self._fd = notifier.fileno()
+        self._fd = notifier._fd  # fileno() would start the poll mechanism's helper: only fileno() asks for it
         self._closed = False
 
     @property
@@ -56,14 +91,20 @@ class Fence:
         return self._notifier.mechanism if self._notifier is not None else "?"
 
     def fileno(self) -> int:
-        """An fd that is readable once the point has been passed (or the fence closed).
+        """An fd that turns readable once the point has been passed (or the work
+        faulted) and stays readable until close(), whatever was called meanwhile.
 
-        With the "poll" mechanism nothing writes it until ``done()`` is called:
-        poll with a timeout and call ``done()``, or use ``wait()``. Raises
-        ClosedError after close().
+        Any poller may watch it (select, poll, epoll, selectors, a loop's
+        add_reader); reading it is not needed and not allowed (it belongs to
+        the Fence). With the "poll" mechanism the first fileno() starts the
+        Notifier's helper thread, which polls the driver until the point is
+        passed (Notifier.fileno). Raises ClosedError after close().
         """
         if self._closed:
             raise ClosedError("the Fence is closed")
+        notifier = self._notifier
+        if notifier is not None and notifier.needs_polling and self._outcome is _PENDING:
+            notifier.fileno()  # starts the helper that makes the fd readable by itself
         return self._fd
 
     def done(self) -> bool:
@@ -77,18 +118,40 @@ class Fence:
         for token, exc in notifier.drain():
             if token == self._token:
                 self._outcome = exc
-        if self._outcome is _PENDING and notifier.closed:
+        if self._outcome is _PENDING:
+            if not notifier.closed:
+                return False
             self._outcome = ClosedError("the Fence was closed before the GPU passed its point")
-        return self._outcome is not _PENDING
+        else:
+            self._keep_readable(notifier)
+        return True
+
+    def _keep_readable(self, notifier: Notifier) -> None:
+        """The drain that settled the outcome read the eventfd: write it again,
+        so the fd stays readable until close(). Nothing drains it after (done()
+        answers from the outcome). The hold keeps a concurrent close() from
+        releasing the fd, so the write never reaches another file's fd."""
+        try:
+            fd = notifier._hold_fd()
+        except ClosedError:
+            return
+        try:
+            if not notifier.closed:
+                os.write(fd, _ONE)
+        finally:
+            notifier._unhold_fd()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until done, at most ``timeout`` seconds (None: no limit).
 
-        Returns True when done, False on timeout. Raises CudaError if the
-        awaited work faulted and ClosedError if the fence was closed. Releases
-        the GIL while it sleeps.
+        Takes any timeout threading.Event.wait takes, and larger ones: None,
+        ``float('inf')`` and any huge number wait without limit; zero, a
+        negative number or NaN look once. Raises TypeError for a timeout that
+        is not a real number. Returns True when done, False on timeout.
+        Raises CudaError if the awaited work faulted and ClosedError if the
+        fence was closed. Releases the GIL while it sleeps.
         """
-        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        deadline = _deadline(timeout)
         notifier = self._notifier
         if notifier is not None and notifier.needs_polling:
             delay = _POLL_MIN
@@ -107,8 +170,8 @@ class Fence:
                 if poller is None:
                     poller = select.poll()
                     poller.register(self._fd, select.POLLIN)
-                ms = None if remaining is None else max(1, int(remaining * 1000 + 0.999))
-                poller.poll(ms)
+                step = _SLEEP_MAX if remaining is None else min(remaining, _SLEEP_MAX)
+                poller.poll(max(1, math.ceil(step * 1000)))
         self.result()
         return True
 

@@ -101,6 +101,7 @@ _PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "cudafd_notifier_destroy": (None, [c_void_p]),
     "cudafd_stat_name": (c_char_p, [c_int]),
     "cudafd_stats": (c_int, [POINTER(c_int64), c_int]),
+    "cudafd_release_idle": (c_int, []),
 }
 
 _lock = threading.RLock()

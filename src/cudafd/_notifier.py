@@ -54,7 +54,7 @@ import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from . import _lib
+from . import _fork, _lib
 from ._backend import Backend
 from ._errors import ClosedError, CudaError, CudafdError, LibraryError
 from ._targets import Target, resolve
@@ -163,6 +163,7 @@ class Notifier:
         lateness_ns = _max_lateness_ns(max_lateness)
         self.max_lateness = (lateness_ns if lateness_ns is not None else _lib.MAX_LATENESS_DEFAULT_NS) / 1e9
         self._lock = threading.Lock()
+        _fork.track(self)  # a fresh lock in a fork() child
         self.mechanism, self._backend = _make_backend(name, lateness_ns)
         self.needs_polling = self._backend.needs_polling
         self._fd = self._backend.fileno()
@@ -186,9 +187,20 @@ class Notifier:
     # ---- the sans-io interface ----
 
     def fileno(self) -> int:
-        """The fd to poll for readability. Raises ClosedError once it was released after close()."""
+        """The fd to poll for readability. Raises ClosedError once it was released after close().
+
+        With the "poll" mechanism nothing native watches the GPU, so the first
+        fileno() starts a helper thread (Python, one per Notifier) that calls
+        poll() while waits are pending, every 50 µs backing off to 2 ms, and
+        ends when none is: the fd then turns readable by itself, as with the
+        other mechanisms. The helper keeps the Notifier alive while it runs.
+        """
         if self._released:
             raise ClosedError("the Notifier is closed and its fd released")
+        if self.needs_polling:
+            with self._lock:
+                if not self._closed:
+                    self._backend.poll_by_itself(self, self._lock)  # type: ignore[union-attr]
         return self._fd
 
     def watch(self, target: object) -> int:
@@ -210,8 +222,9 @@ class Notifier:
         later wait creates one. Optional; call it before the work starts.
         Why: on an H200 about every 128th stream a process creates waits
         until the GPU has no work in flight, and every CUDA call of the
-        process waits behind it (docs/guide.md, "Many streams"). They stay
-        until no Notifier is open. Raises TypeError for something that is
+        process waits behind it (docs/guide.md, "Many streams"). Side streams
+        stay until the process exits; bridges until no Notifier is open.
+        Raises TypeError for something that is
         not a stream, CudaError for a dead one, ClosedError after close().
         """
         t = resolve(stream)

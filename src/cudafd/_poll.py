@@ -9,6 +9,14 @@ is pending; finished tokens are queued and an eventfd of our own is written,
 so ``fileno()`` behaves like the native notifier's: readable while
 completions are queued, and once closed.
 
+Nothing calls poll() unless someone asks: the loop adapters do, on a timer of
+the loop's own. A caller of ``Notifier.fileno()`` (a plain select() loop, a
+Fence's fd handed to a selector) gets a helper thread instead
+(poll_by_itself): a Python thread that takes the Notifier's lock and calls
+poll() while anything is pending, every POLL_MIN doubling to POLL_MAX while
+nothing finishes, and ends when nothing is pending; the next watch starts it
+again. Without it such an fd would never turn readable.
+
 Facts relied on: a stream runs its work in order, so the events recorded on
 one stream complete in the order they were recorded, and poll() stops at the
 first pending one of each stream. cuEventQuery returns CUDA_SUCCESS,
@@ -16,7 +24,14 @@ CUDA_ERROR_NOT_READY, or the context's sticky fault, which is the wait's status.
 Destroying an event whose record is still pending is allowed (the driver
 frees it once complete).
 
-Nothing here is thread-safe by itself: the Notifier serialises calls.
+fork(): in a child forked after the driver was initialised, every call
+that would reach the driver raises CudafdError (_fork.MESSAGE), and a
+backend made before the fork can only be closed, without a driver call: the
+driver is not usable there, and its lock may be held by a thread that did
+not come along.
+
+Nothing here is thread-safe by itself: the Notifier serialises calls (the
+helper thread takes the Notifier's lock too).
 """
 
 from __future__ import annotations
@@ -24,17 +39,21 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
+import weakref
 from collections import deque
 from ctypes import byref, c_void_p
 
-from . import _driver
-from ._errors import CudaError
+from . import _driver, _fork
+from ._errors import CudaError, CudafdError
 
 __all__ = ["PollBackend", "live_events", "live_eventfds"]
 
 _NOT_READY = 600
 _PER_THREAD_STREAM = 2
 _ONE = (1).to_bytes(8, sys.byteorder)
+POLL_MIN = 50e-6  # the helper thread's first interval, and again after each completion
+POLL_MAX = 2e-3  # its longest, while nothing finishes
 
 _count_lock = threading.Lock()
 _live = {"events": 0, "eventfds": 0}
@@ -66,6 +85,7 @@ class PollBackend:
         self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         _count("eventfds", 1)
         self._drv: _driver.Driver | None = None
+        self._fork_generation = _fork.generation()  # another one later: made before a fork()
         self._next_token = 1
         # (ctx, stream, thread) -> deque of (token, event, ctx), in record order
         self._lanes: dict[tuple[int, int, int], deque[tuple[int, int, int]]] = {}
@@ -75,12 +95,24 @@ class PollBackend:
         self._retiring: list[tuple[int, int]] = []  # (event, ctx) of cancelled watches
         self._pool: dict[int, list[int]] = {}  # ctx -> idle events
         self._nevents = 0
+        self._found = 0  # completions poll() found, ever
         self._signalled = False
         self._closed = False
+        self._owner: weakref.ref[object] | None = None  # the Notifier whose fileno() asked for the helper
+        self._helper: threading.Thread | None = None  # running while set (owner's lock)
 
     # ---- helpers ----
 
+    def _inherited(self) -> bool:
+        return self._fork_generation != _fork.generation()
+
+    def _refuse_if_forked(self) -> None:
+        _fork.check()
+        if self._inherited():
+            raise CudafdError("this Notifier was made before a fork(): in the child it can only be closed; " + _fork.MESSAGE)
+
     def _get_driver(self) -> _driver.Driver:
+        self._refuse_if_forked()
         drv = self._drv
         if drv is None:
             drv = self._drv = _driver.get()
@@ -99,7 +131,7 @@ class PollBackend:
         return ev.value or 0
 
     def _destroy_event(self, ev: int) -> None:
-        if self._drv is not None:
+        if self._drv is not None and not _fork.forbidden():
             self._drv.cuEventDestroy(ev)  # type: ignore[attr-defined]  # errors: the context is gone
         self._nevents -= 1
         _count("events", -1)
@@ -136,6 +168,7 @@ class PollBackend:
             lane = self._lanes[key] = deque()
         lane.append((token, ev, ctx))
         self._lane_of[token] = key
+        self._start_helper()
         return token
 
     def stream_done(self, handle: int) -> bool:
@@ -151,6 +184,7 @@ class PollBackend:
             raise CudaError(res, where="cuEventQuery (is this a live event?)")
         token = self._token()
         self._events[token] = handle
+        self._start_helper()
         return token
 
     def cancel(self, token: int) -> bool:
@@ -168,11 +202,61 @@ class PollBackend:
         return self._events.pop(token, None) is not None
 
     def prepare(self, handle: int) -> None:
-        """Nothing to make: the poll mechanism has no side streams."""
+        """Nothing to make (the poll mechanism has no side streams); a dead
+        stream raises CudaError, as with the other mechanisms."""
+        drv = self._get_driver()
+        ctx = drv.stream_ctx(handle)
+        with drv.current(ctx):
+            res = drv.cuStreamQuery(handle)  # type: ignore[attr-defined]
+        if res not in (0, _NOT_READY):
+            raise CudaError(res, where="cuStreamQuery (is this a live stream?)")
+
+    # ---- the helper thread (Notifier.fileno) ----
+
+    def poll_by_itself(self, owner: object, lock: threading.Lock) -> None:
+        """From now on, keep a helper thread polling while anything is pending.
+        Called with ``lock`` (the owner's ``_lock``) held; the helper takes
+        the owner's lock for each poll() and holds ``owner`` (the Notifier)
+        alive while it runs, so no finalizer destroys this backend under it."""
+        self._owner = weakref.ref(owner)
+        self._start_helper()
+
+    def _has_work(self) -> bool:
+        return bool(self._lanes or self._events or self._retiring)
+
+    def _start_helper(self) -> None:  # owner's lock held
+        if self._owner is None or self._closed or not self._has_work():
+            return
+        helper = self._helper
+        if helper is not None and helper.is_alive():  # (not alive: left behind by fork())
+            return
+        owner = self._owner()
+        if owner is None:
+            return
+        helper = threading.Thread(target=self._helper_main, args=(owner,), name="cudafd-poll", daemon=True)
+        self._helper = helper
+        helper.start()
+
+    def _helper_main(self, owner: object) -> None:
+        me = threading.current_thread()
+        delay = POLL_MIN
+        while True:
+            with owner._lock:  # type: ignore[attr-defined]  # (looked up each time: a fork() child gets a new one)
+                if self._helper is not me:
+                    return
+                if self._closed or not self._has_work():
+                    self._helper = None
+                    return
+                before = self._found
+                self.poll()
+                found = self._found != before
+            delay = POLL_MIN if found else min(delay * 2, POLL_MAX)
+            time.sleep(delay)
 
     def poll(self) -> None:
         if self._closed or self._drv is None:
             return
+        self._refuse_if_forked()
         query = self._drv.cuEventQuery  # type: ignore[attr-defined]
         done = self._done
         before = len(done)
@@ -210,10 +294,14 @@ class PollBackend:
                 else:
                     self._give_event(ev, ctx, res)
             self._retiring = still
-        if len(done) > before and not self._signalled:
-            self.signal()
+        if len(done) > before:
+            self._found += len(done) - before
+            if not self._signalled:
+                self.signal()
 
     def drain(self, clear_fd: bool) -> list[tuple[int, int]]:
+        if self._inherited():
+            self._refuse_if_forked()
         if self._signalled or clear_fd:
             try:
                 os.read(self._fd, 8)
@@ -245,6 +333,7 @@ class PollBackend:
         self._retiring.clear()
         self._pool.clear()
         self._done.clear()
+        self._owner = None  # the helper sees _closed and ends
         if self._fd >= 0 and not self._signalled:
             self.signal()
 

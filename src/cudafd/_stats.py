@@ -22,7 +22,11 @@ def stats() -> dict[str, int]:
     includes the poller's timerfd while it runs. From the pure-Python "poll"
     mechanism: ``poll_events`` and ``poll_eventfds``.
     Native waiter threads may linger briefly after the last wait; every other
-    live count returns to zero once all Notifiers are closed and drained.
+    live count returns to zero once all Notifiers are closed and drained,
+    but ``streams`` and ``contexts``: a context's side streams, once made,
+    are kept for later Notifiers until the process exits, so that those
+    make none (the C call ``cudafd_release_idle()`` destroys them when no
+    Notifier is open; docs/guide.md, "Many streams").
     """
     out: dict[str, int] = {}
     lib = _lib.try_load()

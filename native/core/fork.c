@@ -1,0 +1,59 @@
+/*
+ * fork.c - what a child made by fork() gets.
+ *
+ * Facts relied on: fork() copies only the thread that calls it, so a child
+ * has none of the core's threads (poller, blocking waiters, watchdog) nor
+ * the driver's, and its copy of a lock is in whatever state another thread
+ * of the parent left it. CUDA cannot be used in a child forked after its
+ * parent initialised the driver: the driver's state there describes the
+ * parent's device resources (the CUDA programming guide; on the simulator
+ * the child has the state but not the threads that run its streams).
+ *
+ * So the rule is the driver's: a child forked after this library loaded the
+ * driver gets CUDAFD_E_STATE, with a message that says what to do, from
+ * every call that would reach the driver (cfd_fork_check, through
+ * cudafd_driver_load), and the notifiers it inherited refuse every call but
+ * close and destroy, which touch neither the driver nor a lock a parent's
+ * thread may have held (their queue's mutex). A child forked before the
+ * driver was loaded starts from nothing and works. The parent goes on as if
+ * nothing happened: the prepare handler only holds g.mu across the fork, so
+ * that the child's copy of it and of what it guards is consistent.
+ */
+#include <pthread.h>
+
+#include "internal.h"
+
+static void before_fork(void) { pthread_mutex_lock(&g.mu); }
+
+static void in_parent(void) { pthread_mutex_unlock(&g.mu); }
+
+static void in_child(void)
+{
+    g.fork_gen++; /* every notifier made before is inherited now */
+    const char *path = cudafd_driver_path();
+    if (path && *path)
+        __atomic_store_n(&g.forked, true, __ATOMIC_RELEASE);
+    /* none of the parent's threads runs here */
+    g.poller_running = g.poller_sleeping = false;
+    g.watchdog_running = false;
+    g.stat[ST_THREADS] = 0;
+    pthread_cond_init(&g.watchdog_cv, NULL);
+    pthread_cond_init(&g.fill_cv, NULL);
+    pthread_mutex_unlock(&g.mu);
+}
+
+__attribute__((constructor)) static void register_fork_handlers(void)
+{
+    pthread_atfork(before_fork, in_parent, in_child);
+}
+
+int cfd_fork_check(void)
+{
+    if (!__atomic_load_n(&g.forked, __ATOMIC_ACQUIRE))
+        return CUDAFD_OK;
+    return cfd_fail(CUDAFD_E_STATE,
+                    "CUDA cannot be used in a process forked after its parent used it (cudafd had "
+                    "loaded the CUDA driver before this fork()): start child processes with "
+                    "multiprocessing's 'spawn' or 'forkserver' start method "
+                    "(multiprocessing.set_start_method('spawn')), or fork before the first use of cudafd");
+}

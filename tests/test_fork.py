@@ -1,0 +1,45 @@
+"""fork(): a child of a process that used cudafd gets a clear CudafdError
+(CUDA cannot be used in a process forked after its parent initialised it)
+on every use, exits without hanging, and leaves its parent unaffected; a
+child forked before any use works. Each case runs tests/fork_scenario.py in
+a fresh interpreter, under a deadline: nothing here can hang the suite."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from support import REAL
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _scenario(mechanism: str, when: str) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [HERE, os.path.join(os.path.dirname(HERE), "src"), env.get("PYTHONPATH", "")])
+    try:
+        r = subprocess.run([sys.executable, os.path.join(HERE, "fork_scenario.py"), mechanism, when],
+                           capture_output=True, text=True, timeout=150, env=env, check=False)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the fork scenario itself hung: {exc}")
+    assert r.returncode == 0, f"the scenario failed: {r.stderr[-3000:]}"
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    out["stderr"] = r.stderr[-3000:]  # where a stuck child was (faulthandler)
+    return out
+
+
+def test_child_after_use_refuses_clearly_and_exits(mechanism):
+    out = _scenario(mechanism, "after")
+    assert out["children"] == ["exit 0"] * len(out["children"]), out
+    assert out["parent_ok"], f"the parent's waits broke after the forks: {out}"
+
+
+@pytest.mark.skipif(REAL, reason="on a GPU each child would create its own CUDA context: slow, and not what is tested")
+def test_child_forked_before_use_works(mechanism):
+    out = _scenario(mechanism, "before")
+    assert out["children"] == ["exit 0"] * len(out["children"]), out
+    assert out["parent_ok"], out
