@@ -139,8 +139,7 @@ uint64_t cudafd_notifier_seq_now(const cudafd_notifier *n);
  * watch creates one. Optional, and best called before the work
  * starts: on an H200 about every 128th stream a process creates waits until
  * the device has no work in flight, and every call into the context waits
- * behind it. A context's side streams stay once made (cudafd_release_idle);
- * its bridges go when no notifier is open. */
+ * behind it. A context's side streams stay once made (cudafd_release_idle). */
 int cudafd_prepare(cudafd_notifier *n, uintptr_t stream);
 /* Mark the current end of the stream: completes when all work enqueued on
  * `stream` before this call has finished. stream may be 0 (legacy default

@@ -32,10 +32,10 @@
  * because the driver lets only about 56 blocking-sync records be pending on a
  * stream before the next one blocks the caller until the GPU catches up
  * (measured on an H200: bench/results/2026-11-30-h200-enqueue); plain ones
- * never did. An event goes
- * back to its pool once its wait finished, so steady-state watches create
- * nothing. When no notifier is open, idle pools and side streams are retired
- * so that every count returns to zero.
+ * never did. An event goes back to its pool once its wait finished, so
+ * steady-state watches create nothing. When no notifier is open, idle pools
+ * are retired; side streams stay for the next notifier until
+ * cudafd_release_idle.
  */
 #include <stdlib.h>
 

@@ -2,7 +2,7 @@
  * fork.c - what a child made by fork() gets.
  *
  * Facts relied on: fork() copies only the thread that calls it, so a child
- * has none of the core's threads (poller, blocking waiters, watchdog) nor
+ * has none of the core's threads (poller, watchdog) nor
  * the driver's, and its copy of a lock is in whatever state another thread
  * of the parent left it. CUDA cannot be used in a child forked after its
  * parent initialised the driver: the driver's state there describes the

@@ -154,12 +154,13 @@ static bool is_sticky(int64_t status)
 }
 
 /*
- * A sticky fault seen on one wait dooms every wait of that context, but the
- * driver reports it on other streams only once their running kernels end
- * (measured on an H200: a fault beside 3 s kernels on other streams surfaced
- * there after those kernels ran out). So the first sticky error seen in a
- * context is delivered at once to every attached wait of the context; the
- * waits stay in their lanes, detached, until the driver lets them go.
+ * A sticky fault seen on one wait dooms every wait of that context, whether
+ * or not its own work had finished: after a fault every query in the context
+ * reports the sticky error (bench/fault_bystanders.py on an H200), so a wait
+ * not yet reported done when the fault was seen raises it. The first sticky
+ * error seen in a context is delivered at once to every attached wait of the
+ * context (a hostfunc wait whose host function never runs included); the
+ * waits stay in their lanes, detached, until the poller lets them go.
  */
 static void fault_sweep(cfd_ctx *cx, int64_t status)
 {

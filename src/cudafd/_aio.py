@@ -125,11 +125,6 @@ def _stop_watching(
         _remove_reader(loop, notifier, fd)
 
 
-def _busy(owner: object) -> bool:
-    busy = getattr(owner, "busy", None)
-    return bool(busy()) if busy is not None else bool(getattr(owner, "_slots", None))
-
-
 class _Parked:
     """The futures parked on one Notifier in one loop, and the reader (or poll
     timer) that resolves them. Only the loop (through the registered
@@ -236,7 +231,7 @@ class Dispatcher:
         if notifier is None:  # pragma: no cover - the caller holds it
             raise CudafdError("the Notifier is gone")
         if not self._streams:
-            notifier._claim(self, _busy)  # before any drain, the fast path included
+            notifier._claim(self)  # before any drain, the fast path included
         t = INT_TARGETS.get(target) if type(target) is int else None  # type: ignore[call-overload]
         if t is None:
             t = resolve(target)

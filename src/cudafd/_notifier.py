@@ -145,15 +145,17 @@ class Notifier:
     cannot be used here (see ``python -m cudafd doctor``).
 
     ``max_lateness`` (seconds; default $CUDAFD_MAX_LATENESS, else 400 µs):
-    with the "event" mechanism a wait is found at most this long after its
-    work ended, plus the machine's thread wake-up time; a long wait then
-    costs about 1/max_lateness poller wake-ups per second. Faults surface
-    within it too. Between 1 µs and 10 s; ValueError otherwise.
+    with the "event" mechanism the core's poller asks about a wait at least
+    this often, so it finds the wait at most this long after its work ended,
+    plus the time the machine takes to wake the poller and then the loop
+    (100-300 µs together on the H200 virtual machine measured:
+    docs/performance.md); a long wait costs about 1/max_lateness poller
+    wake-ups per second. Faults surface within it too. Between 1 µs and
+    10 s; ValueError otherwise.
     """
 
     mechanism: str
     needs_polling: bool
-    max_lateness: float
 
     def __init__(self, mechanism: str | None = None, *, max_lateness: float | None = None) -> None:
         self._closed = True  # first: a half-built object is safe to collect
@@ -161,7 +163,7 @@ class Notifier:
         self._backend: Backend | None = None
         name = _check_mechanism(mechanism if mechanism is not None else default_mechanism())
         lateness_ns = _max_lateness_ns(max_lateness)
-        self.max_lateness = (lateness_ns if lateness_ns is not None else _lib.MAX_LATENESS_DEFAULT_NS) / 1e9
+        self._max_lateness = (lateness_ns if lateness_ns is not None else _lib.MAX_LATENESS_DEFAULT_NS) / 1e9
         self._lock = threading.Lock()
         _fork.track(self)  # a fresh lock in a fork() child
         self.mechanism, self._backend = _make_backend(name, lateness_ns)
@@ -217,13 +219,12 @@ class Notifier:
 
     def prepare(self, stream: object) -> None:
         """Make now every stream this Notifier's waits in ``stream``'s context
-        may need later (the hostfunc mechanism's side streams, the event
-        mechanism's blocking-waiter bridges, waits on events), so that no
-        later wait creates one. Optional; call it before the work starts.
-        Why: on an H200 about every 128th stream a process creates waits
-        until the GPU has no work in flight, and every CUDA call of the
-        process waits behind it (docs/guide.md, "Many streams"). Side streams
-        stay until the process exits; bridges until no Notifier is open.
+        may need later (side streams: the hostfunc mechanism's points and
+        waits on events), so that no later wait creates one. Optional; call
+        it before the work starts. Why: on an H200 about every 128th stream a
+        process creates waits until the GPU has no work in flight, and every
+        CUDA call of the process waits behind it (docs/guide.md, "Many
+        streams"). Side streams stay until the process exits.
         Raises TypeError for something that is
         not a stream, CudaError for a dead one, ClosedError after close().
         """
@@ -237,16 +238,16 @@ class Notifier:
 
     # ---- the loop adapters' protocol (module docstring) ----
 
-    def _claim(self, owner: object, busy: Callable[[object], bool]) -> None:
-        """Make ``owner`` (an adapter's per-loop object) the one that waits on
-        this Notifier. Raises CudafdError while another owner, for which
-        ``busy(other)`` is true, still has waits: its drains would take the
-        new one's completions."""
+    def _claim(self, owner: Any) -> None:
+        """Make ``owner`` (an adapter's per-loop object, with a ``busy()``
+        method) the one that waits on this Notifier. Raises CudafdError while
+        another owner still has waits (its ``busy()`` is true): its drains
+        would take the new one's completions."""
         ref = self._owner
         current = ref() if ref is not None else None
         if current is owner:
             return
-        if current is not None and busy(current):
+        if current is not None and current.busy():
             raise CudafdError(
                 "this Notifier is already waited on by another event loop or trio run; use one "
                 "Notifier per loop (cudafd.wait() without notifier= does that)"
@@ -383,6 +384,11 @@ class Notifier:
             with self._lock:
                 if not self._closed:
                     self._backend.poll()  # type: ignore[union-attr]
+
+    @property
+    def max_lateness(self) -> float:
+        """The max_lateness (seconds) this Notifier was made with (read-only)."""
+        return self._max_lateness
 
     @property
     def pending(self) -> int:

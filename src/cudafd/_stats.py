@@ -14,11 +14,9 @@ def stats() -> dict[str, int]:
 
     From the native core (when it loads): ``threads``, ``events``,
     ``eventfds``, ``pending``, ``notifiers``, ``contexts``, ``streams`` (live)
-    and ``completed``, ``spun``, ``blocked``, ``faults``, ``direct``,
-    ``paced``, ``wakes``, ``timed`` (cumulative: ``direct`` counts the
-    waits that skipped the poller's spin, ``paced`` the completions a timed
-    query of the poller found, ``wakes`` the poller's wakes from sleep,
-    ``timed`` the waits an event loop timed itself and found over). ``eventfds``
+    ``notifications`` (host functions in flight), and ``completed``,
+    ``faults``, ``queries``, ``wakes`` (cumulative: ``queries`` counts the
+    poller's event queries, ``wakes`` its wakes from sleep). ``eventfds``
     includes the poller's timerfd while it runs. From the pure-Python "poll"
     mechanism: ``poll_events`` and ``poll_eventfds``.
     Native waiter threads may linger briefly after the last wait; every other

@@ -328,10 +328,6 @@ def _closed(group: weakref.WeakSet[_Waiters]) -> None:
         waiters._notifier_closed()
 
 
-def _busy(owner: object) -> bool:
-    return bool(getattr(owner, "_futures", None) or getattr(owner, "_slots", None))
-
-
 class Dispatcher(_Waiters):
     """The waits of one Notifier in one trio run (see the module docstring)."""
 
@@ -366,7 +362,11 @@ class Dispatcher(_Waiters):
 
     def _claim(self) -> None:
         """Refuse a Notifier that another run or an asyncio loop is waiting on."""
-        self._notifier._claim(self, _busy)
+        self._notifier._claim(self)
+
+    def busy(self) -> bool:
+        """True while a wait of this Dispatcher is in progress."""
+        return bool(self._slots)
 
     def _detach(self, slot: _Slot) -> None:
         if self._slots.pop(slot.key, None) is not None:

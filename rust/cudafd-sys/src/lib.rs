@@ -167,6 +167,12 @@ extern "C" {
     /// Close, then free the notifier and its fd. Must be the last call on `n`.
     pub fn cudafd_notifier_destroy(n: *mut cudafd_notifier);
 
+    /// With no notifier open: destroy the side streams kept for later
+    /// notifiers, with their contexts' records; returns how many streams it
+    /// destroyed (0 while a notifier is open). Call it before destroying a
+    /// context of your own, or to see every live count at zero.
+    pub fn cudafd_release_idle() -> c_int;
+
     // ---- accounting ----
     /// The name of count `index` ("threads", "pending", ...), NULL past the end.
     pub fn cudafd_stat_name(index: c_int) -> *const c_char;

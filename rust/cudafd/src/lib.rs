@@ -103,7 +103,7 @@ pub use fence::Fence;
 pub use notifier::{
     CUevent, CUstream, Mechanism, Notifier, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD,
 };
-pub use stats::{stats, Stats};
+pub use stats::{release_idle, stats, Stats};
 
 use error::{check, string};
 

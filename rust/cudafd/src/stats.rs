@@ -61,13 +61,24 @@ pub fn stats() -> Stats {
     Stats { entries }
 }
 
+/// With no notifier open, destroy the side streams libcudafd keeps for later
+/// notifiers (made once per context, so that no later watch makes a stream
+/// while the GPU is busy), with their contexts' records. Returns how many
+/// streams it destroyed; 0 while a notifier is open. Call it before
+/// destroying a CUDA context of your own that cudafd watched work in.
+pub fn release_idle() -> usize {
+    unsafe { sys::cudafd_release_idle() }.max(0) as usize
+}
+
 /// Wait until every [`LIVE`] count is zero, up to `timeout`: `Ok` with the
 /// final counts, or `Err` with the last counts seen. For leak checks after
 /// the last notifier and fence are dropped (cudafd's threads exit a few
 /// milliseconds after their last wait; GPU work of detached waits must end).
+/// Releases the kept side streams first ([`release_idle`]).
 pub fn wait_for_zero(timeout: Duration) -> Result<Stats, Stats> {
     let deadline = Instant::now() + timeout;
     loop {
+        release_idle();
         let s = stats();
         if s.live().is_empty() {
             return Ok(s);
