@@ -7,12 +7,12 @@
  * every 128th stream of a process) cuStreamCreate blocks until the device
  * has no work in flight, and meanwhile every call into the context, from any
  * thread, blocks behind it: the caller's event loop for as long as the queued
- * work lasts (bench/hostfunc_stall.py; bench/results/2026-11-30-h200-
- * stream-create). The hostfunc mechanism takes a side stream for each stream
- * it watches at once, so its first watch in a context makes all CFD_SIDE_MAX
- * side streams: at most one such stall, at the start, instead of at any later
- * watch under load (the scale figure's watch stalled for its whole 4.7 s
- * gate). Waits on a caller's event use few and make theirs when needed: filling those pools at a first watch cost a
+ * work lasts (bench/hostfunc_stall.py, on an H200). The hostfunc mechanism
+ * takes a side stream for each stream it watches at once, so its first watch
+ * in a context makes all CFD_SIDE_MAX side streams: at most one such stall,
+ * at the start, instead of at any later watch under load. Waits on a
+ * caller's event use few and make theirs when needed: filling those pools at
+ * a first watch cost a
  * one-shot fence 32 stream creations, and as many chances of that stall. A
  * caller that wants none made under load makes them all before its work
  * starts (cudafd_prepare).
@@ -31,7 +31,7 @@
  * a record as cheap as the driver allows, and they are not blocking-sync,
  * because the driver lets only about 56 blocking-sync records be pending on a
  * stream before the next one blocks the caller until the GPU catches up
- * (measured on an H200: bench/results/2026-11-30-h200-enqueue); plain ones
+ * (measured on an H200: bench/c/enqueue_cost.c); plain ones
  * never did. An event goes back to its pool once its wait finished, so
  * steady-state watches create nothing. When no notifier is open, idle pools
  * are retired; side streams stay for the next notifier until

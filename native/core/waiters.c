@@ -12,7 +12,7 @@
  *  - A thread woken from a sleep in a VM comes back 10-50 us late when woken
  *    by another thread, but a short timed sleep (1 us of timer slack) is
  *    prompt, and it costs the sleeping thread only its own few microseconds
- *    of CPU (H200 host, DESIGN.md "Performance"). So the poller sleeps on
+ *    of CPU (H200 host, docs/performance.md). So the poller sleeps on
  *    its own timer between query rounds rather than waiting to be told.
  *  - After a fault, every query of an event of the context reports the
  *    sticky error at once (bench/fault_bystanders.py), so a lane polled
@@ -36,7 +36,7 @@
  * share one wake. Spin lanes are asked in every round, and while one is
  * pending the poller does not sleep at all.
  *
- * Why these numbers (H200 host, bench/results/2026-12-01-h200/policy_sweep.txt):
+ * Why these numbers (H200 host, bench/policy_sweep.py):
  * each wake of the poller costs ~8 us of CPU there, and handing a completion
  * to an event loop asleep in epoll costs 60-150 us whatever finds it (the
  * spin mechanism's lateness), so asking more often than every ~100 us buys

@@ -14,7 +14,7 @@ one method are not polluted by threads another one left behind):
                  streams: how long after each kernel's end its waiter resumed, and the CPU it cost
 
 The parent (:mod:`.suite`) plans the runs, prints progress and tables, checks
-the figures against the targets of DESIGN.md (:mod:`.targets`) and writes a
+the figures against the targets of docs/performance.md (:mod:`.targets`) and writes a
 JSON file and a PNG plot. :mod:`.child` is the child processes' entry point.
 """
 

@@ -170,7 +170,7 @@ def _targets(rows: list[dict], simulator: bool) -> str:
         [[r["figure"], r["target"], r["status"] + mark, r["measured"]] for r in rows],
         left=4,
     )
-    return "Targets (DESIGN.md, issue 15), ratios measured side by side in this run\n" + body
+    return "Targets (docs/performance.md), ratios measured side by side in this run\n" + body
 
 
 def one_line(section: str, res: dict) -> str:

@@ -1,4 +1,4 @@
-"""The performance targets (DESIGN.md, issue 15), checked against one run's figures (ratios within the run).
+"""The performance targets (docs/performance.md), checked against one run's figures (ratios within the run).
 
 Each check gives a row: figure, target, measured (with the baselines it is
 compared with), status "pass", "miss", "out of reach" (a miss where the

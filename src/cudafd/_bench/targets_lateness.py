@@ -1,4 +1,4 @@
-"""The lateness targets of issue 15, checked against one run's lateness section (per loop).
+"""The lateness targets (docs/performance.md), checked against one run's lateness section (per loop).
 
 Judged: the default (``await cudafd.wait(stream)``) unless the row names a
 mechanism. One-stream figures are net of the spin floor (:func:`.clocks.net`);

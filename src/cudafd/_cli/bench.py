@@ -1,7 +1,7 @@
 """``python -m cudafd bench``: cudafd against the usual ways of awaiting a CUDA stream.
 
 Latency, idle CPU, stream bubble, throughput, scale and a C-level run, with
-the targets of DESIGN.md checked side by side; see :mod:`cudafd._bench`.
+the targets of docs/performance.md checked side by side; see :mod:`cudafd._bench`.
 ``python -m cudafd bench -h`` lists the options.
 """
 
