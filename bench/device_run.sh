@@ -23,11 +23,7 @@ if [[ $want == *bench* ]]; then
   timeout 120 python3 bench/await_breakdown.py >> "$OUT/bench.log" 2>&1
   summary+=("await breakdown:" "$(sed -n '/await_breakdown/,$p' "$OUT/bench.log")")
   # probes for the CPU and bubble figures (bench/README.md); one file: the device returns few
-  { echo "== bench/lone_cost.py"; timeout 150 python3 bench/lone_cost.py --rounds 5
-    echo "== bench/thread_cost.py"; timeout 60 python3 bench/thread_cost.py
-    echo "== bench/cold_cost.py"; timeout 60 python3 bench/cold_cost.py
-    echo "== bench/throughput_probe.py"; timeout 60 python3 bench/throughput_probe.py --spins ""
-    echo "== bench/scale_watch.py (and with a thread polling the gate)"
+  { echo "== bench/scale_watch.py (and with a thread polling the gate)"
     timeout 60 python3 bench/scale_watch.py --gate 3 --only event,hostfunc,spin
     timeout 30 python3 bench/scale_watch.py --gate 3 --only hostfunc --observe
     echo "== bench/hostfunc_stall.py (which driver call blocks behind a gate)"
@@ -43,7 +39,7 @@ fi
 if [[ $want == *examples* ]]; then  # everything lands in examples.txt (the device returns few files)
   ex="$OUT/examples.txt"; : > "$ex"
   run() { echo "== $*" >> "$ex"; timeout 120 "$@" >> "$ex" 2>&1; local rc=$?; summary+=("$*: rc=$rc $(tail -1 "$ex")"); }
-  run python3 bench/fault_probe.py
+  run python3 bench/fault_bystanders.py
   run python3 -m cudafd demo
   make -s -C examples/c-epoll LIBDIR="$PWD/src/cudafd/_lib" >> "$ex" 2>&1
   for m in event hostfunc spin; do run examples/c-epoll/cudafd-epoll $m --fault; done

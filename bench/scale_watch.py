@@ -8,16 +8,13 @@ per stream, timed in ten chunks while nothing can complete. Each variant
 runs in a process of its own (the core's options are process-wide) and
 first makes 200 watches of work already over, as the scale section does:
   event             the event mechanism, default options
-  event_noblock     the same with CUDAFD_OPT_BLOCK_AFTER_NS past the gate:
-                    no blocking waiter takes a lane during the watches
-  event_1blocker    CUDAFD_OPT_MAX_THREADS 1
-  event_nospin      CUDAFD_OPT_SPIN_NS 0: every wait paced from the start
+  event_lazy        CUDAFD_OPT_MAX_LATENESS_NS 10 ms: long waits asked seldom
   spin, hostfunc    the other mechanisms
 Per variant: µs per watch in each chunk, the peak of cudafd's threads, and
 each thread's CPU over the watches (µs per watch, by thread name).
 
 --pad N makes N more streams first, moving the streams the core makes
-under load (side streams, blocking waiters' bridges) across the driver's
+under load (side streams) across the driver's
 stream-creation boundaries (now and then a creation blocks until the GPU
 drains: docs/performance.md); --prepare calls Notifier.prepare() on the
 first stream before the gate, which is what it is for.
@@ -38,9 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 VARIANTS = {
     "event": ("event", {}),
-    "event_noblock": ("event", {"OPT_BLOCK_AFTER_NS": 60 * 10**9}),
-    "event_1blocker": ("event", {"OPT_MAX_THREADS": 1}),
-    "event_nospin": ("event", {"OPT_SPIN_NS": 0}),
+    "event_lazy": ("event", {"OPT_MAX_LATENESS_NS": 10 * 10**6}),
     "spin": ("spin", {}),
     "hostfunc": ("hostfunc", {}),
 }

@@ -82,7 +82,7 @@ def launcher(stream_handle: int) -> Callable[..., None]:
     once, so a launch is one context check and one cuLaunchKernel (the
     context is pushed only when another is current). For loops that launch
     on the same stream many times, such as the benchmarks (whose CPU figures
-    would otherwise be mostly launch_spin's own setup; bench/cold_cost.py).
+    would otherwise be mostly launch_spin's own setup).
     Valid while the stream lives.
     """
     drv = _driver.get()
