@@ -198,6 +198,7 @@ unsafe impl Sync for ContextInner {}
 
 impl Drop for ContextInner {
     fn drop(&mut self) {
+        crate::stats::release_idle(); // the side streams libcudafd keeps go while the context lives
         unsafe { (self.sim.ctx_destroy)(self.raw) };
     }
 }

@@ -52,6 +52,10 @@ unsafe impl Sync for DeviceInner {}
 
 impl Drop for DeviceInner {
     fn drop(&mut self) {
+        // libcudafd keeps side streams per context past the last notifier:
+        // they must go while the context lives (a destroyed context's
+        // streams must not be touched on a real driver).
+        crate::stats::release_idle();
         let module = self.module;
         // After a fault the context refuses this; the release still counts.
         let _ = self.api.in_context(self.ctx, |api| {
