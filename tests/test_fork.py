@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+import cudafd
 from support import REAL
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -19,8 +20,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def _scenario(mechanism: str, when: str) -> dict:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [HERE, os.path.join(os.path.dirname(HERE), "src"), env.get("PYTHONPATH", "")])
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(cudafd.__file__)))  # the cudafd under test
+    env["PYTHONPATH"] = os.pathsep.join([HERE, package_root, env.get("PYTHONPATH", "")])
     try:
         r = subprocess.run([sys.executable, os.path.join(HERE, "fork_scenario.py"), mechanism, when],
                            capture_output=True, text=True, timeout=150, env=env, check=False)
