@@ -140,3 +140,39 @@ def test_a_notifier_serves_one_loop_at_a_time(dev, busy):
     assert errors == [None]
     asyncio.run(n.wait(other))  # the first loop is done with it
     n.close()
+
+
+@pytest.mark.skipif(REAL, reason="the simulator's own API: tested on the simulator")
+def test_simulated_launch_says_what_a_length_is():
+    dev = cudafd.sim.Device()
+    try:
+        s = dev.stream()
+        with pytest.raises(TypeError, match="seconds"):
+            s.launch("1ms")
+        with pytest.raises(ValueError, match=">= 0"):
+            s.launch(-1.0)
+        s.launch(0.0, fault=False)  # a fault flag is accepted as a bool
+    finally:
+        dev.close()
+
+
+def test_prepare_outside_a_loop_names_prepare(dev):
+    with pytest.raises(cudafd.CudafdError, match=r"cudafd\.prepare\(\) must be called inside a running event loop"):
+        cudafd.prepare(dev.stream())
+
+
+def test_wait_with_a_mechanism_name_for_notifier_is_a_clear_error(dev):
+    import asyncio
+
+    with pytest.raises(TypeError, match="notifier= takes a cudafd.Notifier"):
+        asyncio.run(cudafd.wait(dev.stream(), notifier="event"))
+
+
+def test_demo_with_an_unknown_mechanism_is_a_usage_error():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "cudafd", "demo", "--mechanism", "bogus"],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 2, r
+    assert "invalid choice: 'bogus'" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -88,11 +88,11 @@ def _plain_asyncio_loop() -> AbstractEventLoop | None:
     return None
 
 
-def _unsupported(library: str | None) -> CudafdError:
+def _unsupported(library: str | None, what: str = "cudafd.wait()") -> CudafdError:
     if library is None:
-        return CudafdError(f"cudafd.wait() must be awaited inside a running event loop ({SUPPORTED})")
+        return CudafdError(f"{what} must be called inside a running event loop ({SUPPORTED})")
     return CudafdError(
-        f"cudafd.wait() does not support {library}: it supports {SUPPORTED}; elsewhere, wait "
+        f"{what} does not support {library}: it supports {SUPPORTED}; elsewhere, wait "
         "in a worker thread with cudafd.fence(target).wait()"
     )
 
@@ -162,7 +162,7 @@ def prepare(stream: object) -> None:
     if loop is None and not _in_trio():
         library = current_async_library()
         if library != "asyncio":
-            raise _unsupported(library)
+            raise _unsupported(library, "cudafd.prepare()")
         loop = get_running_loop()
     if loop is not None:
         _aio.default_notifier(loop, create=True).prepare(stream)  # type: ignore[union-attr]

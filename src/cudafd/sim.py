@@ -159,15 +159,18 @@ class Stream:
         if self._closed:
             raise ClosedError("the simulated Stream is closed")
 
-    def launch(self, seconds: float, fault: str | int | None = None) -> None:
+    def launch(self, seconds: float, fault: str | int | bool | None = None) -> None:
         """Enqueue a kernel that occupies the stream for ``seconds``.
 
-        ``fault``: a CUresult name ("CUDA_ERROR_ILLEGAL_ADDRESS") or code; the
-        context then faults with it when the kernel ends (sticky).
+        ``fault``: a CUresult name ("CUDA_ERROR_ILLEGAL_ADDRESS"), a code, or
+        True (CUDA_ERROR_ILLEGAL_ADDRESS); the context then faults with it
+        when the kernel ends (sticky).
         """
         self._check_open()
-        if seconds < 0:
-            raise ValueError("seconds must be >= 0")
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise TypeError(f"launch() takes the kernel's length in seconds (e.g. 0.001), not {seconds!r}")
+        if not seconds >= 0:  # (NaN too)
+            raise ValueError(f"a kernel's length in seconds must be >= 0, not {seconds!r}")
         drv = self.device._drv
         res = drv.sim.cudafdsim_launch(self.handle, int(seconds * 1e9), _fault_code(fault))  # type: ignore[union-attr]
         _driver.check(res, "cudafdsim_launch")
