@@ -177,9 +177,9 @@ def _via_cudafd(n: int) -> dict:
         async def one(s):
             try:
                 await notifier.wait(s)
-                return "ok"
+                return "ok", time.monotonic()
             except cudafd.CudaError as e:
-                return e.name
+                return e.name, time.monotonic()
 
         for s in bystanders:
             launch_long(s)
@@ -187,15 +187,25 @@ def _via_cudafd(n: int) -> dict:
         await asyncio.sleep(0.005)
         t0 = time.monotonic()
         launch_fault(faulting)
+        t_launched = time.monotonic()
         tasks.append(asyncio.ensure_future(one(faulting)))
-        names = await asyncio.gather(*tasks)
-        return names, time.monotonic() - t0
+        results = await asyncio.gather(*tasks)
+        return results, t0, t_launched, time.monotonic() - t0
 
-    names, elapsed = asyncio.run(main())
+    t_begin = time.monotonic()
+    results, t0, t_launched, elapsed = asyncio.run(main())
+    names = [r[0] for r in results]
+    ms = lambda t: round((t - t0) * 1e3, 1)  # noqa: E731
     out["variant"] = f"cudafd{n}-{mech}"
     out["bystanders"] = {v: names[:-1].count(v) for v in set(names[:-1])}
     out["faulting"] = names[-1]
     out["elapsed_s"] = round(elapsed, 3)
+    # when each answer came, from the fault's launch (ms): if the bystanders' "ok" come
+    # before the faulting stream's error, their kernels did end before the fault ran
+    out["setup_ms"] = round((t0 - t_begin) * 1e3, 1)
+    out["fault_launch_ms"] = ms(t_launched)
+    out["faulting_at_ms"] = ms(results[-1][1])
+    out["bystanders_at_ms"] = [min(ms(r[1]) for r in results[:-1]), max(ms(r[1]) for r in results[:-1])]
     return out
 
 

@@ -53,6 +53,7 @@ class Device:
 
     def __init__(self, ordinal: int = 0) -> None:
         self.streams: list[Stream] = []
+        self.pid = os.getpid()
         if REAL:
             self.drv = _driver.get()
             import ctypes
@@ -78,6 +79,8 @@ class Device:
         return st
 
     def close(self) -> None:
+        if os.getpid() != self.pid:
+            return  # a fork()ed child's copy: the driver must not be called there (a crash inside it)
         gc.collect()
         release_idle()  # while the context lives: its kept side streams are still valid handles
         for s in self.streams:
