@@ -49,6 +49,7 @@ def test_bench_line_without_ray():
     assert "no Ray" in res["driver"]
 
 
+@pytest.mark.timeout(300)
 def test_ray_serve_deployment():
     if importlib.util.find_spec("ray") is None:
         pytest.skip("ray is not importable; pip install 'ray[serve]' (the test extra has it)")
