@@ -47,6 +47,7 @@ if [[ $want == *examples* ]]; then  # everything lands in examples.txt (the devi
     LD_LIBRARY_PATH="$PWD/src/cudafd/_lib" run .carry/cudafd-tokio --fault
   fi
   run python3 examples/http_service/service.py --bench --seconds 3
+  run python3 examples/ray_serve/bench.py --seconds 10  # Ray Serve if importable, else the handler in-process
   for f in examples/*.py; do run python3 "$f"; done
 fi
 printf '%s\n' "${summary[@]}"

@@ -176,3 +176,126 @@ def test_demo_with_an_unknown_mechanism_is_a_usage_error():
                        capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 2, r
     assert "invalid choice: 'bogus'" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_result_of_a_fence_the_user_closed_says_the_fence_was_closed(dev):
+    s = dev.stream()
+    s.launch(0.2)
+    f = cudafd.fence(s)
+    f.close()
+    assert f.done()
+    with pytest.raises(cudafd.ClosedError, match="the Fence was closed before the GPU passed its point"):
+        f.result()
+    with pytest.raises(cudafd.ClosedError, match="the Fence was closed"):
+        f.wait()
+    s.synchronize()
+
+
+def _unawaited_warnings(make):
+    import gc
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        make()
+        gc.collect()
+    return [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+
+
+@pytest.mark.parametrize("where", ["no loop", "asyncio", "trio"])
+def test_a_wait_never_awaited_warns_with_the_public_name(dev, where):
+    import asyncio
+
+    s = dev.stream()
+
+    def make():
+        cudafd.wait(s)  # the coroutine is dropped unawaited
+
+    if where == "asyncio":
+        async def body():
+            make()
+        messages = _unawaited_warnings(lambda: asyncio.run(body()))
+    elif where == "trio":
+        trio = pytest.importorskip("trio")
+
+        async def tbody():
+            make()
+        messages = _unawaited_warnings(lambda: trio.run(tbody))
+    else:
+        messages = _unawaited_warnings(make)
+    assert "coroutine 'cudafd.wait' was never awaited" in messages, messages
+    assert not any("_wait" in m or "Dispatcher" in m for m in messages), messages
+
+
+@pytest.mark.parametrize("library", ["asyncio", "trio"])
+def test_blocking_fence_wait_inside_a_running_loop_warns(dev, library):
+    import asyncio
+    import warnings
+
+    s = dev.stream()
+
+    async def body():
+        s.launch(0.02)
+        with cudafd.fence(s) as f:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                assert f.wait(0) in (True, False)  # only looks: no warning
+            with pytest.warns(RuntimeWarning, match=r"blocks the running \w+ event loop.*`await fence`"):
+                assert f.wait()
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                assert f.wait()  # done: it does not block, no warning
+
+    if library == "trio":
+        pytest.importorskip("trio").run(body)
+    else:
+        asyncio.run(body())
+
+
+def test_blocking_fence_wait_outside_a_loop_does_not_warn(dev):
+    import warnings
+
+    s = dev.stream()
+    s.launch(0.01)
+    with cudafd.fence(s) as f, warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert f.wait()
+
+
+def _cuda_driver_present() -> bool:
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(_cuda_driver_present(), reason="a CUDA driver is installed here: the example finds it")
+def test_c_example_without_a_driver_says_how_to_use_the_simulator(tmp_path):
+    import os
+    import shutil
+    import subprocess
+
+    cc = shutil.which(os.environ.get("CC", "cc"))
+    make = shutil.which("make")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    libdir = os.path.join(root, "src", "cudafd", "_lib")
+    if cc is None or make is None or not os.path.exists(os.path.join(libdir, "libcudafd.so")):
+        pytest.skip("needs cc, make and the native core built in src/cudafd/_lib (make -C native)")
+    src = tmp_path / "c-epoll"
+    shutil.copytree(os.path.join(root, "examples", "c-epoll"), src,
+                    ignore=shutil.ignore_patterns("cudafd-epoll", "spin_ptx.h"))
+    subprocess.run([make, "-s", "-C", str(src), f"LIBDIR={libdir}", f"INCDIR={root}/include",
+                    f"PTX={root}/src/cudafd/cudafd_spin.ptx"], check=True, capture_output=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k != "CUDAFD_DRIVER"}
+    r = subprocess.run([str(src / "cudafd-epoll")], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 2, r
+    sim = os.path.join(os.path.realpath(libdir), "libcudafd_sim.so")
+    assert "cannot load the CUDA driver" in r.stderr, r.stderr
+    assert f"CUDAFD_DRIVER={sim} " in r.stderr, r.stderr
+    # the command it suggests runs
+    r = subprocess.run([str(src / "cudafd-epoll")], capture_output=True, text=True, timeout=120,
+                       env=dict(env, CUDAFD_DRIVER=sim))
+    assert r.returncode == 0 and "all checks passed" in r.stdout, r.stdout + r.stderr

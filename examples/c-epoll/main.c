@@ -142,13 +142,37 @@ static void *resolve(void *lib, get_proc_address_t gpa, const char *name, const 
     return fn;
 }
 
-static void load_driver(void)
+/* No driver could be loaded: say how to run on cudafd's simulated driver,
+ * libcudafd_sim.so, which is built and installed next to libcudafd.so. */
+static void suggest_simulator(const char *prog)
+{
+    union {
+        const char *(*fn)(void);
+        void *ptr;
+    } self = {.fn = cudafd_version};
+    Dl_info info;
+    const char *lib = NULL;
+    if (dladdr(self.ptr, &info) && info.dli_fname)
+        lib = info.dli_fname;
+    const char *slash = lib ? strrchr(lib, '/') : NULL;
+    int dir_len = slash ? (int)(slash - lib) : 1;
+    fprintf(stderr,
+            "No CUDA driver here? Run on cudafd's simulated driver:\n"
+            "    CUDAFD_DRIVER=%.*s/libcudafd_sim.so %s\n",
+            dir_len, slash ? lib : ".", prog);
+}
+
+static void load_driver(const char *prog)
 {
     /* The core loads the driver first ($CUDAFD_DRIVER or libcuda.so.1, and
      * cuInit); dlopen of the path it used returns that same library. */
     int rc = cudafd_driver_load();
-    if (rc != CUDAFD_OK)
-        die_cudafd("cudafd_driver_load", rc);
+    if (rc != CUDAFD_OK) {
+        fprintf(stderr, "error: cudafd_driver_load: %d: %s\n", rc, cudafd_last_error());
+        if (!getenv("CUDAFD_DRIVER"))
+            suggest_simulator(prog);
+        exit(2);
+    }
     void *lib = dlopen(cudafd_driver_path(), RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         fprintf(stderr, "error: dlopen %s: %s\n", cudafd_driver_path(), dlerror());
@@ -328,7 +352,8 @@ static void usage(const char *prog)
             "  --streams N  streams to launch on (default 8)\n"
             "  --watches K  kernels and watches per stream (default 4)\n"
             "  --fault      afterwards, launch a faulting kernel and show its status\n"
-            "The driver is $CUDAFD_DRIVER if set, else libcuda.so.1.\n",
+            "The driver is $CUDAFD_DRIVER if set, else libcuda.so.1; without a GPU,\n"
+            "CUDAFD_DRIVER=<the folder of libcudafd.so>/libcudafd_sim.so runs it on the simulator.\n",
             prog);
     exit(2);
 }
@@ -358,7 +383,7 @@ int main(int argc, char **argv)
     if (nstreams < 2 || nstreams > 1024 || per_stream < 1 || per_stream > 1000)
         usage(argv[0]);
 
-    load_driver();
+    load_driver(argv[0]);
     int version = 0;
     cudafd_driver_version(&version);
     printf("cudafd %s, driver %s (version %d), mechanism %s\n", cudafd_version(),

@@ -31,6 +31,7 @@ import os
 import select
 import sys
 import time
+import warnings
 from collections.abc import Generator
 from typing import Any
 
@@ -66,6 +67,23 @@ def _deadline(timeout: object) -> float | None:
         return time.monotonic()
     deadline = time.monotonic() + seconds
     return None if math.isinf(deadline) else deadline
+
+
+_CLOSED = "the Fence was closed before the GPU passed its point (the GPU work is not cancelled)"
+
+
+def _warn_if_in_loop() -> None:
+    """Fence.wait() about to block inside a running event loop: say what to do instead."""
+    from ._wait import current_async_library
+
+    library = current_async_library()
+    if library is not None:
+        warnings.warn(
+            f"Fence.wait() blocks the running {library} event loop until the GPU passes its point: "
+            "in a coroutine use `await fence` (or `await cudafd.wait(target)`)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 class Fence:
@@ -117,11 +135,12 @@ class Fence:
         notifier.poll()
         for token, exc in notifier.drain():
             if token == self._token:
-                self._outcome = exc
+                # close() marks the fence closed before it closes the Notifier
+                self._outcome = ClosedError(_CLOSED) if self._closed and isinstance(exc, ClosedError) else exc
         if self._outcome is _PENDING:
             if not notifier.closed:
                 return False
-            self._outcome = ClosedError("the Fence was closed before the GPU passed its point")
+            self._outcome = ClosedError(_CLOSED)
         else:
             self._keep_readable(notifier)
         return True
@@ -149,9 +168,13 @@ class Fence:
         negative number or NaN look once. Raises TypeError for a timeout that
         is not a real number. Returns True when done, False on timeout.
         Raises CudaError if the awaited work faulted and ClosedError if the
-        fence was closed. Releases the GIL while it sleeps.
+        fence was closed. Releases the GIL while it sleeps. Called inside a
+        running event loop where it would block, it warns (RuntimeWarning):
+        a coroutine awaits the fence instead.
         """
         deadline = _deadline(timeout)
+        if (deadline is None or deadline > time.monotonic()) and not self.done():
+            _warn_if_in_loop()
         notifier = self._notifier
         if notifier is not None and notifier.needs_polling:
             delay = _POLL_MIN

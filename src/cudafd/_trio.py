@@ -489,6 +489,9 @@ def dispatcher(notifier: Notifier | None) -> Dispatcher:
     return disp
 
 
+Dispatcher.wait.__qualname__ = "cudafd.wait"  # what a never-awaited wait's warning names
+
+
 def wait(target: object, notifier: Notifier | None = None) -> Coroutine[Any, Any, None]:
     """The coroutine of ``cudafd.wait(target, notifier=notifier)`` in the current trio run."""
     return dispatcher(notifier).wait(target)

@@ -182,6 +182,11 @@ async def _wait_detected(target: object, notifier: Notifier | None) -> None:
     raise _unsupported(library)
 
 
+# A coroutine is named after its function: a wait never awaited warns
+# "coroutine 'cudafd.wait' was never awaited", whichever adapter made it.
+_aio.Dispatcher.wait.__qualname__ = _wait_detected.__qualname__ = "cudafd.wait"
+
+
 async def wait_fence(fence: Fence) -> None:
     """Await a Fence through the running loop's adapter (what ``await fence`` does).
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from . import SECTIONS, report_lateness
 from .tables import table
 from .methods import LABELS
@@ -13,6 +15,9 @@ SIM_BANNER = (
     "*** SIMULATOR: no GPU was used. These figures come from cudafd's simulated driver and are "
     "NOT meaningful as performance numbers; they only show that the suite runs. ***"
 )
+
+
+SIM_MARK = "[simulator: not GPU figures]"
 
 
 def _f(x: object, fmt: str = "{:.1f}") -> str:
@@ -163,14 +168,31 @@ def _c(res: dict) -> str:
     return out + table(["point", "us/kernel", "us added/point"], rows)
 
 
+WIDTH = 100  # the targets block fits this many columns
+
+
+def _wrapped(label: str, text: str, indent: int) -> list[str]:
+    lead = " " * indent
+    return textwrap.wrap(
+        text, WIDTH, initial_indent=f"{lead}{label:<9s}", subsequent_indent=lead + " " * 9, break_on_hyphens=False
+    ) or [f"{lead}{label}"]
+
+
 def _targets(rows: list[dict], simulator: bool) -> str:
-    mark = " (sim)" if simulator else ""
-    body = table(
-        ["figure", "target", "status", "measured"],
-        [[r["figure"], r["target"], r["status"] + mark, r["measured"]] for r in rows],
-        left=4,
-    )
-    return "Targets (docs/performance.md), ratios measured side by side in this run\n" + body
+    """Each target as a short block (status, figure; its target; what was measured), wrapped to WIDTH."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    summary = ", ".join(f"{n} {status}" for status, n in counts.items()) or "none evaluated"
+    head = f"Targets (docs/performance.md): {summary}; ratios measured side by side in this run"
+    if simulator:
+        head += "\n  (simulator: pass or miss says nothing of a GPU)"
+    out = [head]
+    for r in rows:
+        out += textwrap.wrap(f"{r['status']:<13s}{r['figure']}", WIDTH, initial_indent="  ", subsequent_indent=" " * 15)
+        out += _wrapped("target", r["target"], 15)
+        out += _wrapped("measured", r["measured"], 15)
+    return "\n".join(out)
 
 
 def one_line(section: str, res: dict) -> str:
@@ -217,8 +239,17 @@ def render(doc: dict) -> str:
         f"cudafd bench on {env.get('device')} (CUDA {env.get('cuda_version')}, driver {env.get('nvidia_driver') or env.get('driver_library')}), "
         f"Python {env.get('python')}, {env.get('cpu_count')} CPUs; {doc['date_utc']}; {_scope(doc)}"
     )
+    sim = bool(env.get("simulator"))
+
+    def add(text: str) -> None:
+        """A section's tables; on the simulator a line under the title says so, beside the figures."""
+        if sim:
+            title, _, rest = text.partition("\n")
+            text = f"{title}\n{SIM_MARK}" + ("\n" + rest if rest else "")
+        parts.append(text)
+
     if s.get("latency"):
-        parts.append(_latency(s["latency"]))
+        add(_latency(s["latency"]))
     numba = doc.get("numba") or {}
     if numba:
         parts.append(
@@ -226,17 +257,18 @@ def render(doc: dict) -> str:
             + "; ".join(f"{loop}: {'works' if r.get('ok') else r.get('error')}" for loop, r in numba.items())
         )
     if s.get("cpu"):
-        parts.append(_cpu(s["cpu"]))
+        add(_cpu(s["cpu"]))
     if s.get("bubble"):
-        parts.append(_bubble(s["bubble"]))
+        add(_bubble(s["bubble"]))
     if s.get("throughput"):
-        parts.append(_throughput(s["throughput"]))
+        add(_throughput(s["throughput"]))
     if s.get("scale"):
-        parts.append(_scale(s["scale"]))
+        add(_scale(s["scale"]))
     if s.get("c"):
-        parts.append(_c(s["c"]))
+        add(_c(s["c"]))
     if s.get("lateness"):
-        parts.append(report_lateness.render(s["lateness"]))
+        for block in report_lateness.render(s["lateness"]).split("\n\n"):
+            add(block)
     problems = []
     for name in ("latency", "cpu", "throughput", "scale", "lateness"):
         problems += _errors(name, s.get(name) or {})

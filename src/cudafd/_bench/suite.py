@@ -19,11 +19,13 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from .. import _lib
 from .._cli._device import choose
+from .._progress import Progress
 from . import cbench, env, options, plot, plot_lateness, report, targets, waiters
 from .methods import BASELINES, CUDAFD
 from .options import MECHANISMS_SCALE
@@ -48,6 +50,13 @@ class Suite:
         self.failed = False
         self.step = 0
         self.steps = self._count_steps()
+        self.ui: Progress | None = None  # the progress bar while run() runs
+
+    def say(self, text: str) -> None:
+        if self.ui is not None:
+            self.ui.line(text)
+        else:
+            _say(text)
 
     def _count_steps(self) -> int:
         per_loop = sum(s in self.args.only for s in ("latency", "cpu", "throughput", "lateness"))
@@ -79,17 +88,7 @@ class Suite:
             path = os.path.join(tmp, "result.json")
             cmd = [sys.executable, "-m", "cudafd._bench.child", section, json.dumps(params), path]
             t0 = time.monotonic()
-            try:
-                proc = subprocess.run(
-                    cmd,
-                    check=False,
-                    env=self._child_env(section),
-                    stdin=subprocess.DEVNULL,
-                    timeout=params["hard_s"] + 10,
-                )
-                rc = proc.returncode
-            except subprocess.TimeoutExpired:
-                rc = None
+            rc = self._run_child(cmd, self._child_env(section), params["hard_s"] + 10)
             took = time.monotonic() - t0
             try:
                 with open(path) as f:
@@ -101,14 +100,54 @@ class Suite:
         res["elapsed_s"] = round(took, 2)
         return res
 
+    def _run_child(self, cmd: list[str], env: dict, timeout: float) -> int | None:
+        """Run a child to its end; its exit status, or None if it was killed after ``timeout``.
+
+        Under a progress bar the child's progress lines (on its stderr) become
+        the bar's note; any other line it prints is shown as it comes."""
+        if self.ui is None or self.ui.kind == "plain":
+            try:
+                return subprocess.run(cmd, check=False, env=env, stdin=subprocess.DEVNULL, timeout=timeout).returncode
+            except subprocess.TimeoutExpired:
+                return None
+        ui = self.ui
+        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+        def relay() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                text = line.rstrip()
+                if text.startswith("    ") and ": " in text and "TIMED OUT" not in text:
+                    ui.update(self.step - 1, text.strip()[:70])
+                elif text:
+                    ui.line(text)
+
+        reader = threading.Thread(target=relay, name="bench-child-stderr", daemon=True)
+        reader.start()
+        try:
+            rc: int | None = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            rc = None
+        reader.join(5)
+        return rc
+
     def _progress(self, title: str) -> None:
         self.step += 1
-        _say(f"[{self.step}/{self.steps}] {title} ...")
+        self.say(f"[{self.step}/{self.steps}] {title} ...")
+        if self.ui is not None:
+            self.ui.update(self.step - 1, title)
 
     def _done(self, section: str, title: str, res: dict) -> dict:
         if res.get("error") and section != "numba_probe":
             self.failed = True
-        _say(f"      {title}: {report.one_line(section, res)} ({res.get('elapsed_s', 0):.1f} s)")
+        digest = report.one_line(section, res)
+        if self.simulator and not res.get("error"):
+            digest += " (simulator)"
+        self.say(f"      {title}: {digest} ({res.get('elapsed_s', 0):.1f} s)")
+        if self.ui is not None:
+            self.ui.update(self.step, "")
         return res
 
     # ---- sections ----
@@ -119,7 +158,7 @@ class Suite:
         elif importlib.util.find_spec("numba") is None:
             self.numba[loop] = {"ok": False, "error": "numba is not importable"}
         else:
-            _say(f"      trying numba-cuda Stream.async_done() under {loop} in a child of its own")
+            self.say(f"      trying numba-cuda Stream.async_done() under {loop} in a child of its own")
             res = self.child("numba_probe", dict(self.plan["numba_probe"], loop=loop), f"numba {loop}")
             self.numba[loop] = self._done("numba_probe", f"numba async_done {loop}", res)
         return bool(self.numba[loop].get("ok"))
@@ -141,7 +180,7 @@ class Suite:
                 why = {"ok": False, "error": f"the {section} {loop} run with it failed: {res.get('error')}"}
                 for other in self.args.loops:  # a deadlock is not the loop's doing: no second try
                     self.numba[other] = dict(why, probe=self.numba.get(other))
-                _say(f"      {title} failed with numba in it; again without numba")
+                self.say(f"      {title} failed with numba in it; again without numba")
                 res = self.child(section, dict(params, methods=[m for m in use if m != "numba"]), title)
             out[loop] = self._done(section, title, res)
 
@@ -177,11 +216,11 @@ class Suite:
             if left < MIN_CHILD_S:
                 res = {"skipped": "the suite's time budget was spent"}
             else:
-                res = cbench.run(self.plan["c"], self.simulator, min(float(self.plan["c"]["hard_s"]), left), _say)
+                res = cbench.run(self.plan["c"], self.simulator, min(float(self.plan["c"]["hard_s"]), left), self.say)
             res["elapsed_s"] = round(time.monotonic() - t0, 2)
             if res.get("skipped"):
                 self.notes.append(f"C level skipped: {res['skipped']}")
-                _say(f"      c: skipped: {res['skipped']}")
+                self.say(f"      c: skipped: {res['skipped']}")
             else:
                 self._done("c", "c", res)
             self.sections["c"] = res
@@ -217,7 +256,9 @@ def main(argv: list[str]) -> int:
         f"loops {','.join(args.loops)}; results in {out_dir}"
     )
     suite = Suite(args, plan, simulator)
-    suite.run()
+    with Progress(suite.steps, "steps", label="bench", quarters=False) as suite.ui:
+        suite.run()
+    suite.ui = None
     doc = {
         "schema": 1,
         "tool": "python -m cudafd bench",

@@ -118,7 +118,15 @@ def choose(force_sim: bool) -> Setup:
     if not os.path.exists(sim_path):
         raise SystemExit(f"no usable CUDA driver ({probe.reason}) and the simulator {sim_path} is not built")
     _lib.use_simulator()
-    return Setup("sim", f"the cudafd simulator: no usable CUDA driver ({probe.reason})")
+    return Setup("sim", f"the cudafd simulator: {_why_not(probe)}")
+
+
+def _why_not(probe: _driver.Probe) -> str:
+    """Why the machine's driver is not used, in a few words (the loader's own text when it is not "not found")."""
+    reason = probe.reason or "unknown"
+    if "cannot open shared object file" in reason:
+        return f"no CUDA driver on this machine ({os.path.basename(probe.path or 'libcuda.so.1')} not found)"
+    return f"no usable CUDA driver ({reason})"
 
 
 def _describe(path: str, probe: _driver.Probe | None = None) -> Setup:

@@ -3,8 +3,10 @@
 One coroutine per stream launches a kernel, awaits ``cudafd.wait(stream)``,
 and measures how long after the kernel's nominal length it woke up (the
 overhead of launch + notification + loop wake-up). Runs on the real GPU when
-one is usable, else on the simulator; prints latency percentiles, throughput,
-and cudafd's live counts at the end (back to zero, bar lingering threads).
+one is usable, else on the simulator (and says so beside its figures); shows a
+progress bar while it runs (rich or tqdm when importable), then throughput,
+process CPU, latency percentiles, how the waits were answered, and whether
+cudafd holds anything afterwards (it should not).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 
 from .. import _aio, _errors, stats
 from .._notifier import Notifier
+from .._progress import Progress
 from ._device import Setup, choose
 
 KERNEL_SECONDS = (10e-6, 50e-6, 200e-6, 1e-3, 3e-3)
@@ -42,20 +45,24 @@ async def _worker(
         overheads.append(perf() - t0 - seconds)
 
 
-async def _progress(done: list[float], total: int, started: float) -> None:
-    tty = sys.stdout.isatty()
-    next_mark = 0.25
-    while True:
+async def _show_progress(bar: Progress, done: list[float], total: int) -> None:
+    while len(done) < total:
         await asyncio.sleep(0.1)
-        n = len(done)
-        if tty:
-            rate = n / max(1e-9, time.perf_counter() - started)
-            print(f"\r  {n:>7}/{total} waits  {rate:>8.0f} waits/s", end="", flush=True)
-        elif n >= next_mark * total:
-            print(f"  {n}/{total} waits", flush=True)
-            next_mark += 0.25
-        if n >= total:
-            break
+        bar.update(len(done))
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:,.0f} µs"
+
+
+def _kernels() -> str:
+    lo, hi = min(KERNEL_SECONDS), max(KERNEL_SECONDS)
+    return f"{lo * 1e6:g} µs to {hi * 1e3:g} ms"
+
+
+def _native_counts() -> dict[str, int]:
+    s = stats()
+    return {k: s.get(k, 0) for k in ("completed", "faults", "queries", "wakes")}
 
 
 async def _run(setup: Setup, waits: int, streams: int, mechanism: str | None) -> int:
@@ -64,42 +71,64 @@ async def _run(setup: Setup, waits: int, streams: int, mechanism: str | None) ->
         setup.warm_up(h)
     notifier = Notifier(mechanism)
     print(
-        f"mechanism: {notifier.mechanism}; {waits} waits over {streams} streams, one coroutine each; "
-        f"kernels of {', '.join(f'{s * 1e6:g}' for s in KERNEL_SECONDS)} µs"
+        f"mechanism {notifier.mechanism}: {waits:,} waits over {streams} streams (one coroutine each), "
+        f"kernels of {_kernels()}"
     )
     per = [waits // streams + (1 if i < waits % streams else 0) for i in range(streams)]
     overheads: list[float] = []
     rng = random.Random(1234)
+    before = _native_counts()
+    cpu0 = time.process_time()
     started = time.perf_counter()
-    progress = asyncio.ensure_future(_progress(overheads, waits, started))
-    try:
-        await asyncio.gather(
-            *(
-                _worker(setup, h, n, notifier, overheads, random.Random(rng.random()))
-                for h, n in zip(handles, per, strict=True)
-            )
-        )
-    finally:
-        elapsed = time.perf_counter() - started
-        progress.cancel()
+    with Progress(waits, "waits") as bar:
+        shown = asyncio.ensure_future(_show_progress(bar, overheads, waits))
         try:
-            await progress
-        except asyncio.CancelledError:
-            pass
-        if sys.stdout.isatty():
-            print()
-        notifier.close()
-        notifier.drain()
+            await asyncio.gather(
+                *(
+                    _worker(setup, h, n, notifier, overheads, random.Random(rng.random()))
+                    for h, n in zip(handles, per, strict=True)
+                )
+            )
+        finally:
+            elapsed = time.perf_counter() - started
+            cores = (time.process_time() - cpu0) / elapsed
+            shown.cancel()
+            try:
+                await shown
+            except asyncio.CancelledError:
+                pass
+            notifier.close()
+            notifier.drain()
+    after = _native_counts()
     values = sorted(overheads)
-    print(f"done: {len(values)} waits in {elapsed:.2f} s = {len(values) / elapsed:,.0f} waits/s")
+    print(f"{len(values):,} waits in {elapsed:.2f} s: {len(values) / elapsed:,.0f} waits/s, process CPU {cores:.2f} cores")
     print(
-        "wake overhead (await time minus kernel length): "
-        f"p50 {_percentile(values, 0.5) * 1e6:.0f} µs, p99 {_percentile(values, 0.99) * 1e6:.0f} µs, "
-        f"max {values[-1] * 1e6:.0f} µs"
+        "wake-up after the kernel's end (await time minus kernel length): "
+        f"p50 {_us(_percentile(values, 0.5))}, p99 {_us(_percentile(values, 0.99))}, max {_us(values[-1])}"
     )
+    if setup.kind == "sim":
+        print(f"  {SIM_CAVEAT}")
+    print(_how_they_ended(notifier.mechanism, len(values), before, after))
     if setup.kind == "sim":
         await _fault_demo()
     return 0
+
+
+SIM_CAVEAT = "(simulator: host-timed kernels; these figures show that the waits work, not GPU timings)"
+
+
+def _how_they_ended(mechanism: str, waits: int, before: dict[str, int], after: dict[str, int]) -> str:
+    """Which part of cudafd answered the waits: the loop's own check, or the native core through the fd."""
+    if mechanism == "poll":
+        return f"how the waits ended: all {waits:,} by the loop's own queries (poll: no native thread)"
+    native = max(0, min(waits, after["completed"] - before["completed"]))
+    queries = after["queries"] - before["queries"]
+    text = (
+        f"how the waits ended: {waits - native:,} by the loop's own check, {native:,} through the Notifier's fd"
+    )
+    if mechanism != "hostfunc" and native:
+        text += f" ({queries / native:.1f} driver queries each)"
+    return text
 
 
 async def _fault_demo() -> None:
@@ -111,7 +140,7 @@ async def _fault_demo() -> None:
         try:
             await wait(s)
         except _errors.CudaError as exc:
-            print(f"a faulting kernel surfaces in the waiter: CudaError {exc.name} ({exc.code})")
+            print(f"a faulting kernel (simulated): its waiter got CudaError {exc.name} ({exc.code})")
         else:
             print("a faulting kernel did NOT raise: this is a bug")
         s.close()
@@ -132,12 +161,22 @@ def run(waits: int = 40000, streams: int = 32, force_sim: bool = False, mechanis
     finally:
         loop.close()
         setup.close()
-    time.sleep(0.05)  # let native waiter threads notice they are idle
-    live = stats()
-    shown = ", ".join(f"{k} {v}" for k, v in live.items())
-    print(f"cudafd live counts now: {shown}")
-    held = ("events", "eventfds", "pending", "notifiers", "poll_events", "poll_eventfds")
-    leaked = {k: v for k, v in live.items() if k in held and v}
-    if leaked:
-        print(f"  (still held: {leaked}; threads and per-context records may linger briefly)")
+    print(_left_open())
     return status
+
+
+HELD = ("threads", "events", "eventfds", "pending", "notifiers", "notifications", "poll_events", "poll_eventfds")
+
+
+def _left_open() -> str:
+    """What cudafd still holds, once every Notifier is closed: nothing, unless something leaked."""
+    deadline = time.monotonic() + 1.0
+    while True:  # native waiter threads notice they are idle within a few ms
+        live = stats()
+        held = {k: live.get(k, 0) for k in HELD if live.get(k, 0)}
+        if not held or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    if not held:
+        return "left open afterwards: nothing (threads, events, fds, pending waits: all 0)"
+    return "left open afterwards: " + ", ".join(f"{k} {v}" for k, v in held.items()) + " (a leak: please report it)"
