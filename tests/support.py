@@ -4,7 +4,7 @@ simulator and on a real CUDA device.
 CUDAFD_TEST_DRIVER=real runs the suite on the machine's CUDA driver (device
 0); otherwise every test runs on the simulator that ships with the package.
 Kernels are launched through the driver entry points in both cases
-(cudafd._kernels: a PTX spin kernel on a GPU, its simulated twin otherwise).
+(cudafd._core.kernels: a PTX spin kernel on a GPU, its simulated twin otherwise).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import cudafd
-from cudafd import _driver, _kernels, _lib
+from cudafd._core import driver as _driver, kernels as _kernels, lib as _lib
 
 REAL = os.environ.get("CUDAFD_TEST_DRIVER") == "real"
 MECHANISMS = ("event", "hostfunc", "spin", "poll")

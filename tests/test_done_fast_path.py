@@ -14,8 +14,9 @@ from support import REAL, run
 from test_fence_notifier import destroy_event, record_event
 
 import cudafd
-from cudafd import _aio, _driver, _lib
-from cudafd._targets import resolve
+from cudafd._core import driver as _driver, lib as _lib, policy
+from cudafd._loops import asyncio_loop as _aio
+from cudafd._core.targets import resolve
 
 
 def test_core_queries(dev):
@@ -45,10 +46,10 @@ def test_core_queries_of_a_made_up_handle():
 def test_done_now_answers_without_a_wait(dev, mechanism):
     s = dev.stream()
     with cudafd.Notifier(mechanism) as n:
-        assert n._done_now(resolve(s)) is True
+        assert n.adapter_done_now(resolve(s)) is True
         assert n.pending == 0
         s.launch(0.5)  # long enough that no load can make it finish before the next line
-        assert n._done_now(resolve(s)) is False
+        assert n.adapter_done_now(resolve(s)) is False
         token = n.watch(s)  # a plain watch still queues a completion
         assert token and n.pending == 1
         deadline = time.monotonic() + 10
@@ -64,7 +65,7 @@ def test_closed_notifier_says_not_done(dev, mechanism):
     s = dev.stream()
     n = cudafd.Notifier(mechanism)
     n.close()
-    assert n._done_now(resolve(s)) is False  # the wait that follows reports the close
+    assert n.adapter_done_now(resolve(s)) is False  # the wait that follows reports the close
     with pytest.raises(cudafd.ClosedError):
         n.watch(s)
 
@@ -85,7 +86,7 @@ def test_asyncio_lone_wait_on_done_work_does_not_suspend(dev, loop_flavor, mecha
 @pytest.mark.asyncio_only  # under trio every wait is a checkpoint
 def test_asyncio_done_waits_in_a_row_still_yield(dev, loop_flavor, mechanism):
     s = dev.stream()
-    rounds = 20 * _aio.QUICK_YIELD_EVERY
+    rounds = 20 * policy.QUICK_YIELD_EVERY
 
     async def body(api):
         ticks = 0
@@ -102,7 +103,7 @@ def test_asyncio_done_waits_in_a_row_still_yield(dev, loop_flavor, mechanism):
         for _ in range(rounds):
             await api.notifier.wait(s)
         task.cancel()
-        assert ticks - before >= rounds // _aio.QUICK_YIELD_EVERY - 1
+        assert ticks - before >= rounds // policy.QUICK_YIELD_EVERY - 1
 
     run(loop_flavor, mechanism, body)
 
@@ -140,20 +141,20 @@ def test_lone_wait_after_a_fault_still_raises(dev, flavor, mechanism):
 # ---- asyncio: the spin ahead of the watch ----
 # A lone wait on work still running yields and asks the driver again for up
 # to SPIN_S before it sets up a watch. These tests script the driver's
-# answer (Notifier._done_now) so they do not depend on the machine's speed.
+# answer (Notifier.adapter_done_now) so they do not depend on the machine's speed.
 
 
 @pytest.fixture
 def long_windows(monkeypatch):
     """A spin window long enough for any machine's loop (a test then never races it)."""
-    monkeypatch.setattr(_aio, "SPIN_S", 5.0)
+    monkeypatch.setattr(policy, "SPIN_S", 5.0)
 
 
 def _scripted(notifier, answers):
-    """Make notifier._done_now give `answers` (then True); count watches."""
+    """Make notifier.adapter_done_now give `answers` (then True); count watches."""
     calls = {"done_now": 0, "watch": 0}
     answers = list(answers)
-    real_watch = notifier._adapter_watch
+    real_watch = notifier.adapter_watch
 
     def done_now(t):
         calls["done_now"] += 1
@@ -165,8 +166,8 @@ def _scripted(notifier, answers):
         calls["watch"] += 1
         return real_watch(t)
 
-    notifier._done_now = done_now
-    notifier._adapter_watch = watch
+    notifier.adapter_done_now = done_now
+    notifier.adapter_watch = watch
     return calls
 
 

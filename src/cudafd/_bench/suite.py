@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .. import _lib
+from .._core import lib as _lib
 from .._cli._device import choose
 from . import cbench, env, options, plot, plot_lateness, report, targets, waiters
 from .methods import BASELINES, CUDAFD

@@ -14,8 +14,7 @@ import random
 import sys
 import time
 
-from .. import _aio, _errors, stats
-from .._notifier import Notifier
+from .. import CudaError, Notifier, stats
 from ._device import Setup, choose
 
 KERNEL_SECONDS = (10e-6, 50e-6, 200e-6, 1e-3, 3e-3)
@@ -105,12 +104,12 @@ async def _run(setup: Setup, waits: int, streams: int, mechanism: str | None) ->
 async def _fault_demo() -> None:
     from .. import sim, wait
 
-    with sim.Device() as dev:
+    with sim.Device() as dev, Notifier() as notifier:
         s = dev.stream()
         s.launch(0.001, fault="CUDA_ERROR_ILLEGAL_ADDRESS")
         try:
-            await wait(s)
-        except _errors.CudaError as exc:
+            await wait(s, notifier=notifier)
+        except CudaError as exc:
             print(f"a faulting kernel surfaces in the waiter: CudaError {exc.name} ({exc.code})")
         else:
             print("a faulting kernel did NOT raise: this is a bug")
@@ -128,7 +127,6 @@ def run(waits: int = 40000, streams: int = 32, force_sim: bool = False, mechanis
     loop = asyncio.new_event_loop()
     try:
         status = loop.run_until_complete(_run(setup, waits, streams, mechanism))
-        _aio.close_default_notifier(loop)
     finally:
         loop.close()
         setup.close()
