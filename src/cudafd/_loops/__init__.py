@@ -3,8 +3,8 @@
 * detect: ``cudafd.wait()``, ``cudafd.prepare()`` and the wait behind
   ``await fence``, dispatching to the running library's adapter;
 * asyncio_loop and asyncio_fence: asyncio and uvloop;
-* trio_loop, trio_fence and trio_waiters (the parking and waking both
-  share): trio, and anyio on trio (anyio on asyncio is asyncio's).
+* trio_loop (parking and waking), trio_run (the Dispatcher of a run) and
+  trio_fence: trio, and anyio on trio (anyio on asyncio is asyncio's).
 
 An adapter only parks a task and wakes it: what happens before the park is
 the shared policy (cudafd/_core/policy.py), and all an adapter uses of a

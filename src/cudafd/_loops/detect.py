@@ -1,15 +1,15 @@
 """``await cudafd.wait(target)``: the async entry point, dispatching to the running loop's adapter.
 
 The async library is detected at call time: asyncio (uvloop included) goes
-to asyncio_loop, trio to trio_loop; anyio needs nothing of its own, since it runs on one
-of the two (its cancel scopes are those of the library underneath). Detection
-uses sniffio when it is importable (it knows trio, and asyncio-on-trio
+to asyncio_loop, trio to trio_run; anyio needs nothing of its own, since it
+runs on one of the two (its cancel scopes are those of the library
+underneath). Detection uses sniffio when it is importable (it knows trio, and asyncio-on-trio
 bridges), else asyncio's running loop, then a running trio run if trio is
 imported. Anything else raises CudafdError naming what is supported.
 
 The asyncio fast path (a running loop and no other library named by sniffio)
 is checked first and costs two lookups; trio, and the cases where wait() is
-called outside any running loop, take the slower detection. trio_loop (and
+called outside any running loop, take the slower detection. trio_run (and
 trio itself) is imported only when a trio run is detected.
 """
 
@@ -68,12 +68,12 @@ _trio_module: ModuleType | None = None
 
 
 def _trio_adapter() -> ModuleType:
-    """cudafd._loops.trio_loop, imported on first use (it imports trio)."""
+    """cudafd._loops.trio_run, imported on first use (it imports trio)."""
     global _trio_module
     if _trio_module is None:
-        from . import trio_loop
+        from . import trio_run
 
-        _trio_module = trio_loop
+        _trio_module = trio_run
     return _trio_module
 
 

@@ -3,7 +3,7 @@ waiting, through the Fence's Notifier, until ``fence.done()`` turns True
 (cudafd._core.loop_hook's ``wait_until``).
 
 Several tasks may await one Fence at once; they take turns at its fd as the
-waits of a Dispatcher do (trio_waiters.py), and are all resolved together.
+waits of a Dispatcher do (trio_loop._Waiters), and are all resolved together.
 Cancelling one detaches only that task.
 """
 
@@ -15,7 +15,7 @@ from trio.lowlevel import current_trio_token
 
 from .._core.errors import CudafdError
 from .._core.notifier import Notifier
-from .trio_waiters import _Slot, _Waiters
+from .trio_loop import _Slot, _Waiters
 
 __all__ = ["wait_until"]
 
