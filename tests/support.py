@@ -114,6 +114,17 @@ class Api:
             return
         await self.notifier.wait(target)
 
+    async def sleep(self, seconds: float) -> None:
+        """The loop's own sleep (time.sleep for the blocking flavor); sleep(0) yields to the loop once."""
+        if self.flavor == "blocking":
+            time.sleep(seconds)
+        elif self.flavor == "trio":
+            import trio
+
+            await trio.sleep(seconds)
+        else:
+            await asyncio.sleep(seconds)
+
     async def gather(self, *aws: Awaitable[Any]) -> list[Any]:
         """Await all of `aws` concurrently; their results in order. As with
         asyncio.gather, each one's first step (up to its first suspension)

@@ -15,7 +15,6 @@ from test_fence_notifier import destroy_event, record_event
 
 import cudafd
 from cudafd._core import driver as _driver, lib as _lib, policy
-from cudafd._loops import asyncio_loop as _aio
 from cudafd._core.targets import resolve
 
 
@@ -83,27 +82,32 @@ def test_asyncio_lone_wait_on_done_work_does_not_suspend(dev, loop_flavor, mecha
     run(loop_flavor, mechanism, body)
 
 
-@pytest.mark.asyncio_only  # under trio every wait is a checkpoint
-def test_asyncio_done_waits_in_a_row_still_yield(dev, loop_flavor, mechanism):
+def test_done_waits_in_a_row_still_yield(dev, loop_flavor, mechanism):
+    # (under trio every wait is a checkpoint anyway)
     s = dev.stream()
     rounds = 20 * policy.QUICK_YIELD_EVERY
 
     async def body(api):
         ticks = 0
+        finished = False
+
+        async def waits():
+            await api.sleep(0)  # the ticker is running from here on
+            before = ticks
+            for _ in range(rounds):
+                await api.notifier.wait(s)
+            nonlocal finished
+            finished = True
+            return ticks - before
 
         async def other():
             nonlocal ticks
-            while True:
+            while not finished:
                 ticks += 1
-                await asyncio.sleep(0)
+                await api.sleep(0)
 
-        task = asyncio.ensure_future(other())
-        await asyncio.sleep(0)
-        before = ticks
-        for _ in range(rounds):
-            await api.notifier.wait(s)
-        task.cancel()
-        assert ticks - before >= rounds // policy.QUICK_YIELD_EVERY - 1
+        ticked, _ = await api.gather(waits(), other())
+        assert ticked >= rounds // policy.QUICK_YIELD_EVERY - 1
 
     run(loop_flavor, mechanism, body)
 
@@ -138,7 +142,7 @@ def test_lone_wait_after_a_fault_still_raises(dev, flavor, mechanism):
     run(flavor, mechanism, body)
 
 
-# ---- asyncio: the spin ahead of the watch ----
+# ---- every loop: the spin ahead of the watch (cudafd._core.policy) ----
 # A lone wait on work still running yields and asks the driver again for up
 # to SPIN_S before it sets up a watch. These tests script the driver's
 # answer (Notifier.adapter_done_now) so they do not depend on the machine's speed.
@@ -171,24 +175,29 @@ def _scripted(notifier, answers):
     return calls
 
 
-@pytest.mark.asyncio_only
-def test_asyncio_short_wait_ends_ahead_of_any_watch(dev, loop_flavor, mechanism, long_windows):
+def test_short_wait_ends_ahead_of_any_watch(dev, loop_flavor, mechanism, long_windows):
     s = dev.stream()
 
     async def body(api):
         calls = _scripted(api.notifier, [False, False])  # running at the first two looks
         ran = []
-        asyncio.get_running_loop().call_soon(ran.append, 1)
-        await api.notifier.wait(s)
+
+        async def waiter():
+            await api.notifier.wait(s)
+            return len(ran)
+
+        async def other():
+            ran.append(1)
+
+        seen, _ = await api.gather(waiter(), other())
         assert calls == {"done_now": 3, "watch": 0}
-        assert ran, "the spin ahead yields to the loop between its queries"
+        assert seen, "the spin ahead yields to the loop between its queries"
         assert api.notifier.pending == 0
 
     run(loop_flavor, mechanism, body)
 
 
-@pytest.mark.asyncio_only
-def test_asyncio_wait_outlasting_the_ahead_spin_is_watched(dev, loop_flavor, mechanism):
+def test_wait_outlasting_the_ahead_spin_is_watched(dev, loop_flavor, mechanism):
     s = dev.stream()
 
     async def body(api):
@@ -246,7 +255,6 @@ def test_asyncio_cancel_while_spinning_ahead_leaves_nothing(dev, loop_flavor, me
         with pytest.raises(asyncio.CancelledError):
             await task
         assert calls["watch"] == 0 and api.notifier.pending == 0
-        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
-        assert not d.busy()
+        assert api.notifier.statistics()["loop_busy"] == 0
 
     run(loop_flavor, mechanism, body)

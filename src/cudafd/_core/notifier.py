@@ -414,6 +414,42 @@ class Notifier:
         """Waits not yet reported by drain() (nor cancelled)."""
         return len(self._pending) + len(self._closed_batch) + len(self._kept) + len(self._kept_adapter)
 
+    def statistics(self) -> dict[str, int]:
+        """Counts of this Notifier's state now, by name (for tests and monitoring; any thread).
+
+        - ``pending``: waits not yet reported (nor cancelled), as the property;
+        - ``watched``: of those, the waits of watch(), which drain() reports;
+        - ``awaited``: of those, the waits of ``await n.wait()`` (cudafd.wait
+          with notifier=n), which the event loop's adapter reports;
+        - ``loop_busy``: 1 while an event loop or trio run has a wait in
+          progress on this Notifier (a wait from another loop is refused
+          meanwhile), else 0;
+        - ``fd_holds``: event-loop readers registered on the fd (it stays open
+          while there is one);
+        - ``fd_open``: 1 until the fd is released after close();
+        - ``events``: CUevents the "poll" mechanism holds for this Notifier
+          (the native mechanisms' events are counted by cudafd.stats()).
+        """
+        with self._lock:
+            adapter = self._adapter_tokens
+            awaited = (
+                sum(1 for token in self._pending if token in adapter)
+                + len(self._kept_adapter)
+                + sum(1 for token, _ in self._closed_batch if token in adapter)
+            )
+            pending = self.pending
+            ref = self._owner
+            owner = ref() if ref is not None else None
+            return {
+                "pending": pending,
+                "watched": pending - awaited,
+                "awaited": awaited,
+                "loop_busy": int(owner is not None and bool(owner.busy())),
+                "fd_holds": self._fd_holds,
+                "fd_open": int(not self._released),
+                "events": self._live_events(),
+            }
+
     @property
     def closed(self) -> bool:
         """True once close() was called."""
