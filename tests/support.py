@@ -125,6 +125,33 @@ class Api:
         else:
             await asyncio.sleep(seconds)
 
+    async def within(self, seconds: float, aw: Awaitable[Any]) -> bool:
+        """Await `aw`, cancelled by the loop's own means after `seconds` (asyncio.wait_for,
+        trio.move_on_after): True if it finished in time, False if it was cancelled."""
+        if self.flavor == "trio":
+            import trio
+
+            with trio.move_on_after(seconds):
+                await aw
+                return True
+            return False
+        try:
+            await asyncio.wait_for(aw, seconds)
+        except (asyncio.TimeoutError, TimeoutError):
+            return False
+        return True
+
+    async def settle(self, *aws: Awaitable[Any]) -> list[Any]:
+        """gather(), each result being its awaitable's value or the exception it raised."""
+
+        async def one(a: Awaitable[Any]) -> Any:
+            try:
+                return await a
+            except Exception as exc:  # noqa: BLE001 - the caller looks at it
+                return exc
+
+        return await self.gather(*(one(a) for a in aws))
+
     async def gather(self, *aws: Awaitable[Any]) -> list[Any]:
         """Await all of `aws` concurrently; their results in order. As with
         asyncio.gather, each one's first step (up to its first suspension)
