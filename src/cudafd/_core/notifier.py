@@ -187,9 +187,9 @@ class Notifier:
         self._pending: dict[int, object] = {}  # token -> object kept alive for it
         self._dropped: set[int] = set()  # cancelled after completing: never reported
         self._ready: list[int] = []  # complete on arrival, not yet drained
-        self._adapter_tokens: set[int] = set()  # pending tokens of _adapter_watch
+        self._adapter_tokens: set[int] = set()  # pending tokens of adapter_watch
         self._kept: list[tuple[int, BaseException | None]] = []  # drained by one side, for drain()
-        self._kept_adapter: list[tuple[int, BaseException | None]] = []  # ... for _adapter_drain()
+        self._kept_adapter: list[tuple[int, BaseException | None]] = []  # ... for adapter_drain()
         self._owner: Callable[[], object | None] | None = None  # the loop adapter's claim (a weakref)
         self._signalled = False  # we wrote the fd for them: the next drain must clear it
         self._next_done = _DONE_TOKEN_BASE
@@ -255,10 +255,11 @@ class Notifier:
     # ---- the loop-adapter protocol (module docstring) ----
 
     def adapter_claim(self, owner: Any) -> None:
-        """Make ``owner`` (an adapter's per-loop object, with a ``busy()``
-        method) the one that waits on this Notifier. Raises CudafdError while
-        another owner still has waits (its ``busy()`` is true): its drains
-        would take the new one's completions."""
+        """Loop-adapter protocol: make ``owner`` (an adapter's per-loop object, with a
+        ``busy()`` method; held weakly) the one that waits on this Notifier. The claim
+        lapses once ``owner.busy()`` is false or it is collected. Raises CudafdError while
+        another owner still has waits (its ``busy()`` is true): its drains would take the
+        new one's completions."""
         ref = self._owner
         current = ref() if ref is not None else None
         if current is owner:
