@@ -471,6 +471,7 @@ class Notifier:
                 return
             self._closed = True
             self._backend.close()
+            self._adapter_tokens.update(token for token, _ in self._kept_adapter)  # still the adapter's
             self._closed_batch = self._kept + self._kept_adapter + [
                 (token, ClosedError(_CLOSED_MESSAGE)) for token in self._pending
             ]
