@@ -3,9 +3,10 @@
 The async library is detected at call time: asyncio (uvloop included) goes
 to asyncio_loop, trio to trio_run; anyio needs nothing of its own, since it
 runs on one of the two (its cancel scopes are those of the library
-underneath). Detection uses sniffio when it is importable (it knows trio, and asyncio-on-trio
-bridges), else asyncio's running loop, then a running trio run if trio is
-imported. Anything else raises CudafdError naming what is supported.
+underneath). Detection uses sniffio when it is importable (it knows trio,
+and asyncio-on-trio bridges), else asyncio's running loop, then a running
+trio run if trio is imported. Anything else raises CudafdError naming what
+is supported.
 
 The asyncio fast path (a running loop and no other library named by sniffio)
 is checked first and costs two lookups; trio, and the cases where wait() is
