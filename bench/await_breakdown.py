@@ -23,7 +23,7 @@ import statistics
 import time
 
 import cudafd
-from cudafd import _driver, _kernels, _lib
+from cudafd._core import driver as _driver, kernels as _kernels, lib as _lib
 
 ns = time.perf_counter_ns
 

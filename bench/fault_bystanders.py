@@ -79,7 +79,7 @@ def _torch_setup(n: int):
 
 
 def _spin_setup(n: int):
-    from cudafd import _driver, _kernels
+    from cudafd._core import driver as _driver, kernels as _kernels
 
     drv = _driver.get()
     drv.init()

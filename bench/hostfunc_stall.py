@@ -38,7 +38,7 @@ VARIANTS = ("base", "hf16", "hf4", "hf16_steps=create", "hf16_steps=events", "hf
 
 
 def one(variant: str, gate_s: float) -> dict:
-    from cudafd import _driver
+    from cudafd._core import driver as _driver
     from cudafd._bench.gpu import EV_SPIN, Gpu
 
     name, _, only = variant.partition("_steps=")

@@ -55,9 +55,9 @@ def one(variant: str, waits: int, nstreams: int, gate_s: float, nchunks: int, ob
     from thread_cost import snapshot
 
     import cudafd
-    from cudafd import _lib
+    from cudafd._core import lib as _lib
     from cudafd._bench.gpu import EV_SPIN, Gpu
-    from cudafd._notifier import Notifier
+    from cudafd._core.notifier import Notifier
 
     mechanism, options = parse(variant)
     lib = _lib.load()

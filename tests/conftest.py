@@ -26,7 +26,7 @@ FLAVORS = LOOPS + ["blocking"]
 
 # Test modules whose bodies use asyncio's API (ensure_future, wait_for, ...):
 # their loop_flavor tests run under asyncio and uvloop only.
-ASYNCIO_ONLY_MODULES = {"test_cancel_close"}
+ASYNCIO_ONLY_MODULES: set[str] = set()
 
 
 def pytest_configure(config):

@@ -4,7 +4,7 @@ simulator and on a real CUDA device.
 CUDAFD_TEST_DRIVER=real runs the suite on the machine's CUDA driver (device
 0); otherwise every test runs on the simulator that ships with the package.
 Kernels are launched through the driver entry points in both cases
-(cudafd._kernels: a PTX spin kernel on a GPU, its simulated twin otherwise).
+(cudafd._core.kernels: a PTX spin kernel on a GPU, its simulated twin otherwise).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import cudafd
-from cudafd import _driver, _kernels, _lib
+from cudafd._core import driver as _driver, kernels as _kernels, lib as _lib
 
 REAL = os.environ.get("CUDAFD_TEST_DRIVER") == "real"
 MECHANISMS = ("event", "hostfunc", "spin", "poll")
@@ -113,6 +113,44 @@ class Api:
                 f.result()
             return
         await self.notifier.wait(target)
+
+    async def sleep(self, seconds: float) -> None:
+        """The loop's own sleep (time.sleep for the blocking flavor); sleep(0) yields to the loop once."""
+        if self.flavor == "blocking":
+            time.sleep(seconds)
+        elif self.flavor == "trio":
+            import trio
+
+            await trio.sleep(seconds)
+        else:
+            await asyncio.sleep(seconds)
+
+    async def within(self, seconds: float, aw: Awaitable[Any]) -> bool:
+        """Await `aw`, cancelled by the loop's own means after `seconds` (asyncio.wait_for,
+        trio.move_on_after): True if it finished in time, False if it was cancelled."""
+        if self.flavor == "trio":
+            import trio
+
+            with trio.move_on_after(seconds):
+                await aw
+                return True
+            return False
+        try:
+            await asyncio.wait_for(aw, seconds)
+        except (asyncio.TimeoutError, TimeoutError):
+            return False
+        return True
+
+    async def settle(self, *aws: Awaitable[Any]) -> list[Any]:
+        """gather(), each result being its awaitable's value or the exception it raised."""
+
+        async def one(a: Awaitable[Any]) -> Any:
+            try:
+                return await a
+            except Exception as exc:  # noqa: BLE001 - the caller looks at it
+                return exc
+
+        return await self.gather(*(one(a) for a in aws))
 
     async def gather(self, *aws: Awaitable[Any]) -> list[Any]:
         """Await all of `aws` concurrently; their results in order. As with
@@ -250,3 +288,19 @@ def core_option(option: int, value: int) -> Iterator[None]:
         yield
     finally:
         lib.cudafd_set_option(option, old.value)
+
+
+def committed_lateness_run() -> str:
+    """The newest committed GPU run of the benchmark's lateness section (a bench.json under bench/results/)."""
+    import glob
+    import json
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found = []
+    for path in glob.glob(os.path.join(root, "bench", "results", "**", "bench.json"), recursive=True):
+        with open(path) as f:
+            doc = json.load(f)
+        if "lateness" in doc.get("sections", {}):
+            found.append(path)
+    assert found, "no committed lateness run under bench/results/"
+    return sorted(found)[-1]

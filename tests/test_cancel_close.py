@@ -1,8 +1,8 @@
 """Cancellation detaches a waiter (the GPU work goes on, nothing leaks);
-closing a notifier wakes every pending waiter with ClosedError."""
+closing a notifier wakes every pending waiter with ClosedError. Every loop:
+cancellation is the loop's own (asyncio.wait_for, trio.move_on_after)."""
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
@@ -20,16 +20,12 @@ def test_cancellation_storm(dev, loop_flavor, mechanism):
             s.launch(1.0)
         outcomes = {"cancelled": 0, "done": 0}
         for _ in range(5):
-            tasks = []
-            for i, s in enumerate(streams):
-                for _ in range(10):
-                    tasks.append(asyncio.ensure_future(
-                        asyncio.wait_for(api.wait(s), timeout=0.001 * (1 + i % 5))))
-            for r in await asyncio.gather(*tasks, return_exceptions=True):
-                if isinstance(r, (asyncio.TimeoutError, TimeoutError)):
-                    outcomes["cancelled"] += 1
-                elif r is None:
+            waits = [api.within(0.001 * (1 + i % 5), api.wait(s)) for i, s in enumerate(streams) for _ in range(10)]
+            for r in await api.settle(*waits):
+                if r is True:
                     outcomes["done"] += 1
+                elif r is False:
+                    outcomes["cancelled"] += 1
                 else:
                     raise r
         assert outcomes["cancelled"] > 0
@@ -47,12 +43,14 @@ def test_task_cancel_detaches(dev, loop_flavor, mechanism):
 
     async def body(api):
         s.launch(0.2)
-        task = asyncio.ensure_future(api.wait(s))
-        await asyncio.sleep(0.01)
-        assert api.notifier.pending == 1
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        seen = []
+
+        async def look():
+            await api.sleep(0.01)
+            seen.append(api.notifier.pending)
+
+        finished, _ = await api.gather(api.within(0.05, api.wait(s)), look())
+        assert seen == [1] and finished is False
         assert api.notifier.pending == 0
         assert not s.idle()
         await api.wait(s)
@@ -68,12 +66,14 @@ def test_close_wakes_every_pending_waiter(dev, loop_flavor, mechanism):
             first_watch(api.notifier, streams[0])
         for s in streams:
             s.launch(0.3)
-        tasks = [asyncio.ensure_future(api.wait(s)) for s in streams for _ in range(4)]
-        await asyncio.sleep(0.01)
-        api.notifier.close()
-        api.notifier.close()  # idempotent
-        results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
-        assert all(isinstance(r, cudafd.ClosedError) for r in results), results
+
+        async def close():
+            await api.sleep(0.01)
+            api.notifier.close()
+            api.notifier.close()  # idempotent
+
+        results = await api.settle(*(api.wait(s) for s in streams for _ in range(4)), close())
+        assert all(isinstance(r, cudafd.ClosedError) for r in results[:-1]), results
         with pytest.raises(cudafd.ClosedError):
             await api.wait(streams[0])
         with pytest.raises(cudafd.ClosedError):
@@ -89,11 +89,13 @@ def test_close_from_another_thread(dev, loop_flavor):
 
     async def body(api):
         s.launch(0.5)
-        task = asyncio.ensure_future(api.wait(s))
-        await asyncio.sleep(0.01)
-        threading.Thread(target=api.notifier.close).start()
-        with pytest.raises(cudafd.ClosedError):
-            await asyncio.wait_for(task, 5)
+
+        async def close():
+            await api.sleep(0.01)
+            threading.Thread(target=api.notifier.close).start()
+
+        [outcome, _] = await api.settle(api.within(5, api.wait(s)), close())
+        assert isinstance(outcome, cudafd.ClosedError), outcome
 
     run(loop_flavor, "event", body)
 

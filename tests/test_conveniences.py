@@ -4,14 +4,13 @@ same names, wired to simulator streams; test_frameworks.py runs the real ones
 on a GPU."""
 from __future__ import annotations
 
-import asyncio
 import sys
 import types
 
 import pytest
 
 import cudafd
-from support import REAL
+from support import REAL, run
 
 pytestmark = pytest.mark.skipif(REAL, reason="stand-in frameworks over the simulator")
 
@@ -41,16 +40,16 @@ def fake_frameworks(dev, monkeypatch):
 
 
 @pytest.mark.parametrize("kind", ["Tensor", "ndarray"])
-def test_array_means_its_devices_current_stream(fake_frameworks, kind):
+def test_array_means_its_devices_current_stream(fake_frameworks, kind, loop_flavor):
     fw = fake_frameworks
     x = getattr(fw, kind)()
 
-    async def main():
+    async def body(api):
         fw.stream.launch(0.02)
         await cudafd.wait(x)
         assert fw.stream.idle(), "wait(array) returned before the current stream's work finished"
 
-    asyncio.run(main())
+    run(loop_flavor, "event", body)
     with cudafd.fence(x) as f:
         assert f.wait(timeout=5)
 
@@ -71,20 +70,20 @@ class FakeJaxArray:
         return self.polls <= 0
 
 
-def test_jax_ready_polls_until_ready():
+def test_jax_ready_polls_until_ready(loop_flavor):
     arrays = [FakeJaxArray(5), FakeJaxArray(1)]
 
-    async def main():
+    async def body(api):
         assert await cudafd.jax_ready(arrays[0]) is arrays[0]
         await cudafd.jax_ready(arrays[1])
 
-    asyncio.run(main())
+    run(loop_flavor, "event", body)
     assert all(a.polls <= 0 for a in arrays)
 
 
-def test_jax_ready_refuses_other_objects():
-    async def main():
+def test_jax_ready_refuses_other_objects(loop_flavor):
+    async def body(api):
         with pytest.raises(TypeError):
             await cudafd.jax_ready(object())
 
-    asyncio.run(main())
+    run(loop_flavor, "event", body)

@@ -6,7 +6,6 @@ checkpoint (trio). These tests pin down when the shortcut may be taken and
 that it never hides a fault or starves the loop."""
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
@@ -14,8 +13,8 @@ from support import REAL, run
 from test_fence_notifier import destroy_event, record_event
 
 import cudafd
-from cudafd import _aio, _driver, _lib
-from cudafd._targets import resolve
+from cudafd._core import driver as _driver, lib as _lib, policy
+from cudafd._core.targets import resolve
 
 
 def test_core_queries(dev):
@@ -45,10 +44,10 @@ def test_core_queries_of_a_made_up_handle():
 def test_done_now_answers_without_a_wait(dev, mechanism):
     s = dev.stream()
     with cudafd.Notifier(mechanism) as n:
-        assert n._done_now(resolve(s)) is True
+        assert n.adapter_done_now(resolve(s)) is True
         assert n.pending == 0
         s.launch(0.5)  # long enough that no load can make it finish before the next line
-        assert n._done_now(resolve(s)) is False
+        assert n.adapter_done_now(resolve(s)) is False
         token = n.watch(s)  # a plain watch still queues a completion
         assert token and n.pending == 1
         deadline = time.monotonic() + 10
@@ -64,7 +63,7 @@ def test_closed_notifier_says_not_done(dev, mechanism):
     s = dev.stream()
     n = cudafd.Notifier(mechanism)
     n.close()
-    assert n._done_now(resolve(s)) is False  # the wait that follows reports the close
+    assert n.adapter_done_now(resolve(s)) is False  # the wait that follows reports the close
     with pytest.raises(cudafd.ClosedError):
         n.watch(s)
 
@@ -82,27 +81,32 @@ def test_asyncio_lone_wait_on_done_work_does_not_suspend(dev, loop_flavor, mecha
     run(loop_flavor, mechanism, body)
 
 
-@pytest.mark.asyncio_only  # under trio every wait is a checkpoint
-def test_asyncio_done_waits_in_a_row_still_yield(dev, loop_flavor, mechanism):
+def test_done_waits_in_a_row_still_yield(dev, loop_flavor, mechanism):
+    # (under trio every wait is a checkpoint anyway)
     s = dev.stream()
-    rounds = 20 * _aio.QUICK_YIELD_EVERY
+    rounds = 20 * policy.QUICK_YIELD_EVERY
 
     async def body(api):
         ticks = 0
+        finished = False
+
+        async def waits():
+            await api.sleep(0)  # the ticker is running from here on
+            before = ticks
+            for _ in range(rounds):
+                await api.notifier.wait(s)
+            nonlocal finished
+            finished = True
+            return ticks - before
 
         async def other():
             nonlocal ticks
-            while True:
+            while not finished:
                 ticks += 1
-                await asyncio.sleep(0)
+                await api.sleep(0)
 
-        task = asyncio.ensure_future(other())
-        await asyncio.sleep(0)
-        before = ticks
-        for _ in range(rounds):
-            await api.notifier.wait(s)
-        task.cancel()
-        assert ticks - before >= rounds // _aio.QUICK_YIELD_EVERY - 1
+        ticked, _ = await api.gather(waits(), other())
+        assert ticked >= rounds // policy.QUICK_YIELD_EVERY - 1
 
     run(loop_flavor, mechanism, body)
 
@@ -137,23 +141,23 @@ def test_lone_wait_after_a_fault_still_raises(dev, flavor, mechanism):
     run(flavor, mechanism, body)
 
 
-# ---- asyncio: the spin ahead of the watch ----
+# ---- every loop: the spin ahead of the watch (cudafd._core.policy) ----
 # A lone wait on work still running yields and asks the driver again for up
 # to SPIN_S before it sets up a watch. These tests script the driver's
-# answer (Notifier._done_now) so they do not depend on the machine's speed.
+# answer (Notifier.adapter_done_now) so they do not depend on the machine's speed.
 
 
 @pytest.fixture
 def long_windows(monkeypatch):
     """A spin window long enough for any machine's loop (a test then never races it)."""
-    monkeypatch.setattr(_aio, "SPIN_S", 5.0)
+    monkeypatch.setattr(policy, "SPIN_S", 5.0)
 
 
 def _scripted(notifier, answers):
-    """Make notifier._done_now give `answers` (then True); count watches."""
+    """Make notifier.adapter_done_now give `answers` (then True); count watches."""
     calls = {"done_now": 0, "watch": 0}
     answers = list(answers)
-    real_watch = notifier._adapter_watch
+    real_watch = notifier.adapter_watch
 
     def done_now(t):
         calls["done_now"] += 1
@@ -165,29 +169,34 @@ def _scripted(notifier, answers):
         calls["watch"] += 1
         return real_watch(t)
 
-    notifier._done_now = done_now
-    notifier._adapter_watch = watch
+    notifier.adapter_done_now = done_now
+    notifier.adapter_watch = watch
     return calls
 
 
-@pytest.mark.asyncio_only
-def test_asyncio_short_wait_ends_ahead_of_any_watch(dev, loop_flavor, mechanism, long_windows):
+def test_short_wait_ends_ahead_of_any_watch(dev, loop_flavor, mechanism, long_windows):
     s = dev.stream()
 
     async def body(api):
         calls = _scripted(api.notifier, [False, False])  # running at the first two looks
         ran = []
-        asyncio.get_running_loop().call_soon(ran.append, 1)
-        await api.notifier.wait(s)
+
+        async def waiter():
+            await api.notifier.wait(s)
+            return len(ran)
+
+        async def other():
+            ran.append(1)
+
+        seen, _ = await api.gather(waiter(), other())
         assert calls == {"done_now": 3, "watch": 0}
-        assert ran, "the spin ahead yields to the loop between its queries"
+        assert seen, "the spin ahead yields to the loop between its queries"
         assert api.notifier.pending == 0
 
     run(loop_flavor, mechanism, body)
 
 
-@pytest.mark.asyncio_only
-def test_asyncio_wait_outlasting_the_ahead_spin_is_watched(dev, loop_flavor, mechanism):
+def test_wait_outlasting_the_ahead_spin_is_watched(dev, loop_flavor, mechanism):
     s = dev.stream()
 
     async def body(api):
@@ -200,8 +209,7 @@ def test_asyncio_wait_outlasting_the_ahead_spin_is_watched(dev, loop_flavor, mec
     run(loop_flavor, mechanism, body)
 
 
-@pytest.mark.asyncio_only
-def test_asyncio_wait_spinning_ahead_is_not_lone_for_others(dev, loop_flavor, mechanism, long_windows):
+def test_wait_spinning_ahead_is_not_lone_for_others(dev, loop_flavor, mechanism, long_windows):
     # A second wait on the stream meanwhile must not take the lone path too,
     # nor watch while the first has not: its record would come first, and it
     # would resume first. It waits its turn behind the first, and both
@@ -217,35 +225,27 @@ def test_asyncio_wait_spinning_ahead_is_not_lone_for_others(dev, loop_flavor, me
             await api.notifier.wait(s)
             order.append(name)
 
-        first = asyncio.ensure_future(waiter("first"))
-        await asyncio.sleep(0)  # first is spinning ahead now
-        assert calls["watch"] == 0
-        second = asyncio.ensure_future(waiter("second"))
-        for _ in range(5):
-            await asyncio.sleep(0)
-        assert calls["watch"] == 0 and not first.done() and not second.done()  # second waits behind first
-        calls["over"] = True  # now the driver says "over"
-        await first
-        await second
+        async def control():  # both waits have begun: first spins ahead, second waits behind it
+            for _ in range(5):
+                await api.sleep(0)
+            assert calls["watch"] == 0 and order == []
+            assert api.notifier.statistics()["loop_busy"] == 1
+            calls["over"] = True  # now the driver says "over"
+
+        await api.gather(waiter("first"), waiter("second"), control())
         assert order == ["first", "second"]
         assert calls["watch"] == 0 and api.notifier.pending == 0
 
     run(loop_flavor, mechanism, body)
 
 
-@pytest.mark.asyncio_only
-def test_asyncio_cancel_while_spinning_ahead_leaves_nothing(dev, loop_flavor, mechanism, long_windows):
+def test_cancel_while_spinning_ahead_leaves_nothing(dev, loop_flavor, mechanism, long_windows):
     s = dev.stream()
 
     async def body(api):
         calls = _scripted(api.notifier, [False] * 10**6)
-        task = asyncio.ensure_future(api.notifier.wait(s))
-        await asyncio.sleep(0)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        assert calls["watch"] == 0 and api.notifier.pending == 0
-        d = _aio.dispatcher(asyncio.get_running_loop(), api.notifier)
-        assert not d.busy()
+        assert await api.within(0.01, api.notifier.wait(s)) is False
+        assert calls["watch"] == 0 and calls["done_now"] > 1 and api.notifier.pending == 0
+        assert api.notifier.statistics()["loop_busy"] == 0
 
     run(loop_flavor, mechanism, body)

@@ -22,7 +22,7 @@ import pytest
 from support import REAL
 
 import cudafd
-from cudafd import _driver, _lib
+from cudafd._core import driver as _driver, lib as _lib
 
 pytestmark = pytest.mark.skipif(REAL, reason="pretends to be other drivers: simulator only")
 
@@ -38,7 +38,7 @@ PROBE = textwrap.dedent(
     """
     import asyncio, ctypes, json
     import cudafd
-    from cudafd import _driver
+    from cudafd._core import driver as _driver
     from support import wait_for_zero_counts
     cudafd.use_simulator()
     d = _driver.get()

@@ -55,7 +55,7 @@ def test_fence_on_recorded_event(dev, mechanism):
     s.launch(0.02)
     ev = record_event(dev, s)
     s.launch(0.5)  # later work: not part of the event's record
-    from cudafd import _driver
+    from cudafd._core import driver as _driver
 
     with _driver.pushed(dev.ctx):  # a bare CUevent waits in the current context
         f = cudafd.fence(ev, mechanism=mechanism)
@@ -138,7 +138,7 @@ def record_event(dev, stream):
     on the simulator, a cuda.bindings CUevent on a GPU."""
     import ctypes
 
-    from cudafd import _driver
+    from cudafd._core import driver as _driver
 
     ev = ctypes.c_void_p()
     with _driver.pushed(dev.ctx):

@@ -19,7 +19,7 @@ import select
 import time
 
 import cudafd
-from cudafd import _driver, _lib
+from cudafd._core import driver as _driver, lib as _lib
 from support import core_option, wait_for_zero_counts
 
 GATE_S = 2.0

@@ -155,7 +155,8 @@ def test_sdist_holds_what_a_build_needs(packages):
     with tarfile.open(packages["sdist"]) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     must = {"LICENSE", "README.md", "pyproject.toml", "CMakeLists.txt", "include/cudafd.h", "native/Makefile",
-            "native/cuda_abi.h", "src/cudafd/__init__.py", "src/cudafd/_lib.py", "src/cudafd/cudafd_spin.ptx"}
+            "native/cuda_abi.h", "src/cudafd/__init__.py", "src/cudafd/_core/lib.py", "src/cudafd/_loops/detect.py",
+            "src/cudafd/cudafd_spin.ptx"}
     assert must <= names, sorted(must - names)
     for folder in ("native/core", "native/sim"):
         here = {p.relative_to(ROOT).as_posix() for p in (ROOT / folder).glob("*.[ch]")}
@@ -173,7 +174,8 @@ def test_wheel_contents_and_tag(packages, which):
         names = set(z.namelist())
         meta = z.read(f"{info}/METADATA").decode()
     must = {"cudafd/_lib/libcudafd.so", "cudafd/_lib/libcudafd_sim.so", "cudafd/include/cudafd.h",
-            "cudafd/cudafd_spin.ptx", "cudafd/py.typed", f"{info}/licenses/LICENSE"}
+            "cudafd/cudafd_spin.ptx", "cudafd/py.typed", "cudafd/_core/notifier.py", "cudafd/_loops/trio_loop.py",
+            f"{info}/licenses/LICENSE"}
     assert must <= names, sorted(must - names)
     assert "License-Expression: Apache-2.0" in meta
 
@@ -195,7 +197,7 @@ def test_installed_package_runs_the_demo_and_a_c_program(packages, which, tmp_pa
     work = tmp_path / "work"  # not the source tree: nothing there can be imported by accident
     work.mkdir()
 
-    where = _run([python, "-c", "import cudafd, cudafd._lib as l; print(cudafd.__file__); print(l.candidate_paths()[0])"],
+    where = _run([python, "-c", "import cudafd, cudafd._core.lib as l; print(cudafd.__file__); print(l.candidate_paths()[0])"],
                  cwd=work).split()
     assert all(Path(p).resolve().is_relative_to(venv) for p in where), where
 
@@ -227,7 +229,7 @@ def test_include_prints_the_folder_of_the_header(capsys):
 
 
 def test_lib_prints_the_folder_of_the_library_in_use(capsys):
-    import cudafd._lib as lib
+    import cudafd._core.lib as lib
 
     assert cli_main(["lib"]) == 0
     folder = Path(capsys.readouterr().out.strip())

@@ -10,9 +10,10 @@ import pytest
 
 from cudafd._bench import plot, plot_lateness, targets_lateness
 from cudafd._bench.numbers import CDF_POINTS
+from support import committed_lateness_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LATENESS = os.path.join(ROOT, "bench", "results", "2026-12-01-h200", "lateness", "bench.json")
+LATENESS = committed_lateness_run()
 needs_matplotlib = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,
                                       reason="matplotlib is not importable (pip install matplotlib)")
 

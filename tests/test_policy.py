@@ -16,7 +16,7 @@ import pytest
 from support import REAL, run
 
 import cudafd
-from cudafd import _lib
+from cudafd._core import lib as _lib
 
 
 def _counts():

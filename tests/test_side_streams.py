@@ -14,7 +14,7 @@ from support import REAL
 from test_fence_notifier import destroy_event, record_event
 
 import cudafd
-from cudafd import _driver
+from cudafd._core import driver as _driver
 
 
 def _collect(n: cudafd.Notifier, tokens: set[int], timeout: float) -> dict[int, float]:

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from cudafd._progress import Progress, backend
+from cudafd._cli.progress import Progress, backend
 from support import REAL
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -80,7 +80,9 @@ def test_demo_shows_a_few_meaningful_lines_with_the_simulator_caveat():
 def test_bench_targets_fit_100_columns_and_say_simulator():
     from cudafd._bench import report
 
-    with open(os.path.join(ROOT, "bench", "results", "2026-12-01-h200", "lateness", "bench.json")) as f:
+    from support import committed_lateness_run
+
+    with open(committed_lateness_run()) as f:
         doc = json.load(f)
     text = report.render(doc)
     block = text[text.index("Targets (docs/performance.md)"):].split("\n\n")[0]

@@ -218,7 +218,7 @@ def test_close_from_another_thread(dev, mechanism):
 
 
 def test_default_notifier_is_per_run_and_closed_at_its_end(dev):
-    from cudafd import _trio
+    from cudafd._loops import trio_run as _trio
 
     s = dev.stream()
     seen = []
@@ -395,7 +395,7 @@ def test_each_library_gets_its_adapter_directly(dev):
     """cudafd.wait() returns the adapter's own coroutine (no detection layer)."""
     import asyncio
 
-    from cudafd import _aio, _trio
+    from cudafd._loops import asyncio_loop as _aio, trio_run as _trio
 
     s = dev.stream()
 

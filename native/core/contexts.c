@@ -341,3 +341,35 @@ int cfd_side_stream(cfd_side_pool *p, uintptr_t key, bool fill, CUstream *out, i
     *index = i;
     return CUDAFD_OK;
 }
+
+/* Record a pooled event at the stream's current end. Context current.
+ * `taken`: an event the caller already took from the pool, or NULL. */
+int cfd_record(cfd_ctx *cx, CUstream stream, CUevent taken, CUevent *out)
+{
+    CUevent ev = taken;
+    if (!ev) {
+        pthread_mutex_lock(&g.mu);
+        ev = cfd_ctx_take_event(cx);
+        pthread_mutex_unlock(&g.mu);
+    }
+    bool pooled = ev != NULL;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (!ev) {
+            int rc = cfd_event_create(&ev, false);
+            if (rc != CUDAFD_OK)
+                return rc;
+        }
+        CUresult r = cu.cuEventRecord(ev, stream);
+        if (r == CUDA_SUCCESS) {
+            *out = ev;
+            return CUDAFD_OK;
+        }
+        cfd_event_destroy(ev);
+        ev = NULL;
+        /* A pooled event can be stale when its context was destroyed and a new
+         * one took its address: retry once with a fresh event. */
+        if (!(pooled && attempt == 0 && r == CUDA_ERROR_INVALID_HANDLE))
+            return cfd_fail_cuda(r, "cuEventRecord on the stream");
+    }
+    return cfd_fail(CUDAFD_E_CUDA, "cuEventRecord failed");
+}

@@ -188,6 +188,18 @@ static int load_locked(void)
     return CUDAFD_OK;
 }
 
+/* g.forked is set by fork.c in a child forked after the driver was loaded. */
+int cfd_fork_check(void)
+{
+    if (!__atomic_load_n(&g.forked, __ATOMIC_ACQUIRE))
+        return CUDAFD_OK;
+    return cfd_fail(CUDAFD_E_STATE,
+                    "CUDA cannot be used in a process forked after its parent used it (cudafd had "
+                    "loaded the CUDA driver before this fork()): start child processes with "
+                    "multiprocessing's 'spawn' or 'forkserver' start method "
+                    "(multiprocessing.set_start_method('spawn')), or fork before the first use of cudafd");
+}
+
 CFD_API int cudafd_driver_load(void)
 {
     int forked = cfd_fork_check(); /* a child forked after the load: CUDA is not usable there */

@@ -11,8 +11,8 @@
  *
  * So the rule is the driver's: a child forked after this library loaded the
  * driver gets CUDAFD_E_STATE, with a message that says what to do, from
- * every call that would reach the driver (cfd_fork_check, through
- * cudafd_driver_load), and the notifiers it inherited refuse every call but
+ * every call that would reach the driver (cfd_fork_check in driver.c, through
+ * cudafd_driver_load, reads the flag set here), and the notifiers it inherited refuse every call but
  * close and destroy, which touch neither the driver nor a lock a parent's
  * thread may have held (their queue's mutex). A child forked before the
  * driver was loaded starts from nothing and works. The parent goes on as if
@@ -45,15 +45,4 @@ static void in_child(void)
 __attribute__((constructor)) static void register_fork_handlers(void)
 {
     pthread_atfork(before_fork, in_parent, in_child);
-}
-
-int cfd_fork_check(void)
-{
-    if (!__atomic_load_n(&g.forked, __ATOMIC_ACQUIRE))
-        return CUDAFD_OK;
-    return cfd_fail(CUDAFD_E_STATE,
-                    "CUDA cannot be used in a process forked after its parent used it (cudafd had "
-                    "loaded the CUDA driver before this fork()): start child processes with "
-                    "multiprocessing's 'spawn' or 'forkserver' start method "
-                    "(multiprocessing.set_start_method('spawn')), or fork before the first use of cudafd");
 }

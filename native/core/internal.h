@@ -147,7 +147,7 @@ void cfd_lane_pop(cfd_lane *l, int64_t status); /* complete the head; g.mu held 
 /* A driver error seen in cx: if sticky, report it to every wait of cx. g.mu held. */
 void cfd_note_fault(cfd_ctx *cx, int64_t status);
 void cfd_lane_free(cfd_lane *l);                /* an empty lane nobody holds; g.mu held */
-/* Record a pooled event at the stream's end; the stream's context current. */
+/* Record a pooled event at the stream's end; the stream's context current (contexts.c). */
 int cfd_record(cfd_ctx *cx, CUstream stream, CUevent taken, CUevent *out);
 cfd_wait *cfd_wait_new(struct cudafd_notifier *n, cfd_ctx *cx, CUevent ev); /* g.mu held; attached */
 void cfd_wait_discard(cfd_wait *w); /* undo cfd_wait_new before it was published; g.mu held */
@@ -169,9 +169,11 @@ struct cudafd_notifier {
     int64_t max_lateness; /* ns: how late its waits may be found (waiters.c); g.mu */
     uint32_t fork_gen;    /* g.fork_gen at creation: another value means inherited across fork() (fork.c) */
 };
+/* queue.c: queue a completion, writing the eventfd if the queue was empty */
 void cfd_notifier_push(struct cudafd_notifier *n, uint64_t token, int64_t status); /* g.mu held */
+void cfd_notifier_signal(struct cudafd_notifier *n); /* make the eventfd readable */
 
-/* ---- fork() (fork.c) ---- */
+/* ---- fork() (fork.c sets g.forked; driver.c checks it) ---- */
 /* CUDAFD_OK, or CUDAFD_E_STATE in a child forked after this process used the
  * driver: CUDA cannot be used there. */
 int cfd_fork_check(void);

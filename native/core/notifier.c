@@ -7,7 +7,7 @@
  * writing only when a push finds the queue empty, and reading only when a
  * drain empties it, both under the queue's mutex. So the fd is level-
  * triggered on the queue: no completion can sit in the queue while the fd is
- * quiet, and a drain never reports a completion twice.
+ * quiet, and a drain never reports a completion twice. Pushes are queue.c's.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -18,13 +18,6 @@
 #include "internal.h"
 
 void cfd_detach_all(cudafd_notifier *n); /* waits.c */
-
-static void signal_fd(cudafd_notifier *n)
-{
-    uint64_t one = 1;
-    while (write(n->fd, &one, sizeof one) < 0 && errno == EINTR)
-        ;
-}
 
 static void clear_fd(cudafd_notifier *n)
 {
@@ -85,32 +78,6 @@ CFD_API uint64_t cudafd_notifier_seq_now(const cudafd_notifier *n)
     return n ? __atomic_load_n(&n->seq, __ATOMIC_ACQUIRE) : 0;
 }
 
-void cfd_notifier_push(cudafd_notifier *n, uint64_t token, int64_t status)
-{
-    pthread_mutex_lock(&n->mu);
-    if (n->qhead + n->qlen == n->qcap) {
-        if (n->qhead > 0) { /* compact before growing */
-            memmove(n->q, n->q + n->qhead, n->qlen * sizeof *n->q);
-            n->qhead = 0;
-        }
-        if (n->qlen == n->qcap) {
-            size_t cap = n->qcap ? 2 * n->qcap : 64;
-            cudafd_completion *grown = realloc(n->q, cap * sizeof *grown);
-            if (!grown) { /* cannot happen in practice; a lost completion would hang a waiter */
-                pthread_mutex_unlock(&n->mu);
-                abort();
-            }
-            n->q = grown;
-            n->qcap = cap;
-        }
-    }
-    n->q[n->qhead + n->qlen] = (cudafd_completion){.token = token, .status = status};
-    if (n->qlen++ == 0)
-        signal_fd(n);
-    __atomic_add_fetch(&n->seq, 1, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&n->mu);
-}
-
 /* A notifier made before a fork(), used in the child: its waits are the
  * parent's (fork.c). */
 static int inherited_error(void)
@@ -168,7 +135,7 @@ CFD_API int cudafd_notifier_close(cudafd_notifier *n)
         return cfd_fail(CUDAFD_E_INVALID, "notifier is NULL");
     if (cfd_inherited(n)) { /* no lock of its own (a parent's thread may have held it), no driver */
         if (!__atomic_exchange_n(&n->closed, true, __ATOMIC_ACQ_REL))
-            signal_fd(n);
+            cfd_notifier_signal(n);
         return CUDAFD_OK;
     }
     pthread_mutex_lock(&g.mu);
@@ -179,7 +146,7 @@ CFD_API int cudafd_notifier_close(cudafd_notifier *n)
         bool was_quiet = n->qlen == 0;
         n->qhead = n->qlen = 0;
         if (was_quiet)
-            signal_fd(n); /* wake whoever polls: the next drain says closed */
+            cfd_notifier_signal(n); /* wake whoever polls: the next drain says closed */
         __atomic_add_fetch(&n->seq, 1, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&n->mu);
         g.nopen--;

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._errors import ClosedError, CudaError, CudafdError, InvalidStateError, LibraryError
-from ._fence import Fence, fence
+from ._core.errors import ClosedError, CudaError, CudafdError, InvalidStateError, LibraryError
+from ._core.fence import Fence, fence
+from ._core.lib import use_driver, use_simulator
+from ._core.notifier import MECHANISMS, Notifier
+from ._core.stats import stats
 from ._jax import jax_ready
-from ._lib import use_driver, use_simulator
-from ._notifier import MECHANISMS, Notifier
-from ._stats import stats
-from ._wait import prepare, wait
+from ._loops import prepare, wait  # also installs the loop layer into the core (cudafd._core.loop_hook)
 
 if TYPE_CHECKING:
     from . import sim

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["jax_ready"]
+from ._core.policy import POLL_MAX as MAX_DELAY, POLL_MIN as FIRST_DELAY
 
-FIRST_DELAY = 50e-6
-MAX_DELAY = 2e-3
+__all__ = ["jax_ready"]
 
 
 def _sleeper():

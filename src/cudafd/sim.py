@@ -21,8 +21,8 @@ import threading
 import weakref
 from ctypes import byref, c_int, c_void_p
 
-from . import _driver, _kernels, _lib
-from ._errors import CUDA_ERROR_CODES, ClosedError, CudaError, CudafdError
+from ._core import driver as _driver, kernels as _kernels, lib as _lib
+from ._core.errors import CUDA_ERROR_CODES, ClosedError, CudaError, CudafdError
 
 __all__ = ["Device", "Stream", "Event", "stats", "driver"]
 
@@ -176,7 +176,7 @@ class Stream:
         _driver.check(res, "cudafdsim_launch")
 
     def launch_kernel(self, seconds: float, fault: bool = False) -> None:
-        """Launch the cudafd_spin kernel through cuLaunchKernel, as on a real GPU (see cudafd._kernels)."""
+        """Launch the cudafd_spin kernel through cuLaunchKernel, as on a real GPU (see cudafd._core.kernels)."""
         self._check_open()
         _kernels.launch_spin(self.handle, seconds, fault)
 

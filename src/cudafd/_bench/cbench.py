@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .. import _kernels, _lib
+from .._core import kernels as _kernels, lib as _lib
 
 __all__ = ["find_source", "run"]
 
@@ -52,7 +52,7 @@ def run(p: dict, simulator: bool, timeout: float, log) -> dict:
     src = find_source()
     lib_path = _lib.loaded_path() or ""
     lib_dir = str(Path(lib_path).parent) if os.path.isabs(lib_path) else str(_lib.package_lib_dir())
-    ptx = str(Path(_kernels.__file__).with_name("cudafd_spin.ptx"))
+    ptx = str(_kernels.PTX_PATH)
     env = dict(os.environ)
     if simulator:
         env["CUDAFD_DRIVER"] = _lib.sim_library_path()

@@ -9,7 +9,7 @@ Two sources with one interface:
   primary context torch uses (``torch.cuda.Stream()`` hands out streams from
   a pool of 32, so 64 of them would share streams);
 * :class:`DriverKernels`: the project's ``cudafd_spin`` through
-  ``cudafd._kernels.launcher`` on raw streams, a timing event after each
+  ``cudafd._core.kernels.launcher`` on raw streams, a timing event after each
   kernel, ``cuEventElapsedTime`` against the anchored reference. On the
   simulator, which has no ``cuEventElapsedTime``, a kernel's end is
   *estimated* as the host time of its launch plus its length (every launch
@@ -30,7 +30,7 @@ from __future__ import annotations
 from time import perf_counter
 from typing import Any
 
-from .. import _driver
+from .._core import driver as _driver
 from .clocks import anchor, end_on_host
 from .gpu import NOT_READY, Gpu
 

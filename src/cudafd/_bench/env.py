@@ -10,7 +10,8 @@ import subprocess
 import sys
 from importlib import metadata
 
-from .. import __version__, _driver, _lib
+from .. import __version__
+from .._core import driver as _driver, lib as _lib
 
 __all__ = ["collect"]
 

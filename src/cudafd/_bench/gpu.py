@@ -3,9 +3,9 @@
 The context is the primary context of device 0 on a GPU, or a fresh
 simulated context (``$CUDAFD_SIMULATOR=1``, set by the parent when it chose
 the simulator); it is made current on the calling thread. Kernels are
-``cudafd_spin`` (:mod:`cudafd._kernels`): the same driver calls on both.
+``cudafd_spin`` (:mod:`cudafd._core.kernels`): the same driver calls on both.
 
-Two entry points that :mod:`cudafd._driver` does not bind are bound here from
+Two entry points that :mod:`cudafd._core.driver` does not bind are bound here from
 the very library it loaded (dlopen of the same path returns the same handle):
 ``cuEventElapsedTime`` (absent from the simulator: ``elapsed_ms`` is then
 None and callers time on the host) and ``cuStreamWaitEvent``.
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from ctypes import POINTER, byref, c_char_p, c_float, c_int, c_uint, c_uint64, c_void_p
 from typing import Any
 
-from .. import _driver, _kernels
+from .._core import driver as _driver, kernels as _kernels
 from .._cli._device import Setup, choose
 
 __all__ = ["EV_BLOCKING", "EV_SPIN", "EV_TIMING", "NOT_READY", "Gpu"]

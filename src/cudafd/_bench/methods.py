@@ -44,8 +44,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from .._errors import CudaError
-from .._notifier import MECHANISMS, Notifier
+from .. import MECHANISMS, CudaError, Notifier
 from .gpu import EV_BLOCKING, EV_SPIN, NOT_READY, Gpu
 
 __all__ = ["BASELINES", "BOUNDS", "CUDAFD", "LABELS", "Kit", "close_all", "make", "make_each"]

@@ -18,8 +18,11 @@ __all__ = ["one_line", "render", "cell"]
 
 
 def _n(x: float | None) -> str:
+    """Microseconds in at most 5 characters: 9.5, 950, 9500, 95k (a table stays within 120 columns)."""
     if x is None:
         return "-"
+    if abs(x) >= 1e4:
+        return f"{x / 1e3:.0f}k"
     return f"{x:.1f}" if abs(x) < 10 else f"{x:.0f}"
 
 

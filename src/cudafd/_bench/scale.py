@@ -26,9 +26,8 @@ import gc
 import threading
 import time
 
-from .. import _lib
-from .._notifier import Notifier
-from .._stats import stats
+from .. import Notifier, stats
+from .._core import lib as _lib
 from .bubble import _collect
 from .child import Progress, new_loop
 from .gpu import EV_SPIN, Gpu

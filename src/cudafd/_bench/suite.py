@@ -23,9 +23,9 @@ import threading
 import time
 from pathlib import Path
 
-from .. import _lib
+from .._core import lib as _lib
 from .._cli._device import choose
-from .._progress import Progress
+from .._cli.progress import Progress
 from . import cbench, env, options, plot, plot_lateness, report, targets, waiters
 from .methods import BASELINES, CUDAFD
 from .options import MECHANISMS_SCALE

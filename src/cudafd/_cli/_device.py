@@ -6,7 +6,7 @@ import os
 from ctypes import byref, c_int, c_void_p
 from typing import TYPE_CHECKING
 
-from .. import _driver, _kernels, _lib
+from .._core import driver as _driver, kernels as _kernels, lib as _lib
 
 if TYPE_CHECKING:
     from .. import sim as _sim

@@ -16,9 +16,8 @@ import random
 import sys
 import time
 
-from .. import _aio, _errors, stats
-from .._notifier import Notifier
-from .._progress import Progress
+from .. import CudaError, Notifier, stats
+from .progress import Progress
 from ._device import Setup, choose
 
 KERNEL_SECONDS = (10e-6, 50e-6, 200e-6, 1e-3, 3e-3)
@@ -134,12 +133,12 @@ def _how_they_ended(mechanism: str, waits: int, before: dict[str, int], after: d
 async def _fault_demo() -> None:
     from .. import sim, wait
 
-    with sim.Device() as dev:
+    with sim.Device() as dev, Notifier() as notifier:
         s = dev.stream()
         s.launch(0.001, fault="CUDA_ERROR_ILLEGAL_ADDRESS")
         try:
-            await wait(s)
-        except _errors.CudaError as exc:
+            await wait(s, notifier=notifier)
+        except CudaError as exc:
             print(f"a faulting kernel (simulated): its waiter got CudaError {exc.name} ({exc.code})")
         else:
             print("a faulting kernel did NOT raise: this is a bug")
@@ -157,7 +156,6 @@ def run(waits: int = 40000, streams: int = 32, force_sim: bool = False, mechanis
     loop = asyncio.new_event_loop()
     try:
         status = loop.run_until_complete(_run(setup, waits, streams, mechanism))
-        _aio.close_default_notifier(loop)
     finally:
         loop.close()
         setup.close()

@@ -13,9 +13,8 @@ import platform
 import sys
 import time
 
-from .. import __version__, _lib
-from .._errors import CudafdError, LibraryError
-from .._notifier import MECHANISMS, Notifier
+from .. import MECHANISMS, CudafdError, LibraryError, Notifier, __version__
+from .._core import lib as _lib
 from ._device import Setup, choose
 
 
@@ -41,7 +40,7 @@ def _native_section() -> bool:
 
 def _driver_section(force_sim: bool) -> Setup | None:
     print("CUDA driver")
-    from .. import _driver
+    from .._core import driver as _driver
 
     if not force_sim and _lib.committed_driver_path() is None:
         probe = _driver.probe(_lib.default_driver_path())

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .. import _lib
+from .._core import lib as _lib
 
 HEADER = "cudafd.h"
 

@@ -19,11 +19,12 @@ import threading
 from ctypes import byref, c_uint32, c_uint64, c_void_p
 from typing import Callable
 
-from . import _driver
+from . import driver as _driver
 
 __all__ = ["PTX", "launch_spin", "launcher", "forget"]
 
-PTX = (Path(__file__).parent / "cudafd_spin.ptx").read_text()  # the one copy of the kernel
+PTX_PATH = Path(__file__).parent.parent / "cudafd_spin.ptx"  # the one copy of the kernel (src/cudafd/)
+PTX = PTX_PATH.read_text()
 
 KERNEL_NAME = b"cudafd_spin"
 

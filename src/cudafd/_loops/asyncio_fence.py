@@ -1,20 +1,20 @@
 """asyncio adapter for a Fence: futures waiting, on one loop, for the Fence's
-fd to turn readable and ``fence.done()`` to turn True.
+fd to turn readable and ``fence.done()`` to turn True (cudafd._core.loop_hook's
+``wait_until``).
 
 Several coroutines may await one Fence; they share one reader (or, for the
-"poll" mechanism, one backoff timer from POLL_MIN to POLL_MAX). Cancelling
-one of them unregisters only that one.
+"poll" mechanism, one timer at the policy's poll intervals). Cancelling one of
+them unregisters only that one.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
-
-from ._aio import POLL_MAX, POLL_MIN, _add_reader, _stop_watching
-from ._errors import CudafdError
-from ._notifier import Notifier
+from .._core.errors import CudafdError
+from .._core.notifier import Notifier
+from .._core.policy import POLL_MIN, next_delay
+from .asyncio_loop import _add_reader, _stop_watching
 
 __all__ = ["wait_readiness"]
 
@@ -86,20 +86,19 @@ class _ReadinessWaiter:
         self._timer = None
         if self._fire() or self._loop is None:
             return
-        self._delay = min(self._delay * 2, POLL_MAX)
+        self._delay = next_delay(self._delay, False)
         self._timer = self._loop.call_later(self._delay, self._on_timer)
 
 
-async def wait_readiness(owner: Any, notifier: Notifier, check: Callable[[], bool]) -> None:
+async def wait_readiness(notifier: Notifier, check: Callable[[], bool]) -> None:
     """Wait on the running loop until ``check()`` is True, re-checking whenever the fd is readable.
 
-    The waiter state lives on ``owner`` (a Fence) so several coroutines can
-    await the same owner at once. Cancellation unregisters only this waiter.
+    The waiter state is kept with the Notifier (Notifier.adapter_state), so
+    several coroutines can await the same Fence at once. Cancellation
+    unregisters only this waiter.
     """
     loop = asyncio.get_running_loop()
-    waiter = owner.__dict__.get("_aio_waiter")
-    if waiter is None:
-        waiter = owner.__dict__["_aio_waiter"] = _ReadinessWaiter(notifier, check)
+    waiter = notifier.adapter_state(_ReadinessWaiter, lambda: _ReadinessWaiter(notifier, check))
     fut: asyncio.Future[None] = loop.create_future()
     waiter.add(loop, fut)
     try:

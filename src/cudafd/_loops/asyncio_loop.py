@@ -1,42 +1,25 @@
 """asyncio adapter (uvloop too): futures resolved from a Notifier's fd.
 
-The path of one ``await cudafd.wait(stream)``:
-
-1. Work already over (one cuStreamQuery / cuEventQuery, no event recorded):
-   return without suspending, as awaiting a done future does. One such wait
-   in QUICK_YIELD_EVERY yields to the loop anyway, so a coroutine that
-   launches tiny kernels and awaits them in a loop cannot starve the others.
-2. Otherwise the wait yields to the loop and asks again, for up to SPIN_S:
-   a tiny kernel ends a few microseconds after its launch returns, sooner
-   than any thread could be woken to tell the loop; and in a busy loop (many
-   tasks each awaiting short kernels) the one yield lets the other tasks run,
-   after which the work is usually over and no watch is needed at all.
-3. Then it watches (the core records an event; its poller finds the end,
-   native/core/waiters.c) and parks on a future. While any future is
-   parked, the Dispatcher keeps ``loop.add_reader(fd)`` registered; its
-   callback drains the Notifier and resolves the futures of the tokens it
-   got, in the order the core found them.
-
-Order: the waits on one stream resume in the order they started. Steps 1
-and 2 apply only to a wait that is alone on its stream (no earlier wait on
-it still pending), and a later wait watches only after the earlier one
-stopped spinning, so a later wait never returns ahead of an earlier one:
-the core completes one stream's watched waits in order, and futures resolved
-in one callback resume in that order.
+What one ``await cudafd.wait(stream)`` does before it parks (the fast path,
+the asking again, the order of the waits on one stream) is the shared policy,
+cudafd/_core/policy.py: Dispatcher.wait runs its steps, turning each "yield"
+into ``asyncio.sleep(0)``. What is left here is parking and waking. A parked
+wait waits on a future. While any future is parked, the Dispatcher keeps
+``loop.add_reader(fd)`` registered; its callback drains the Notifier and
+resolves the futures of the tokens it got, in the order the core found
+them, and futures resolved in one callback resume in that order.
 
 The "spin" mechanism spins in the loop too: while futures are parked, a
 ``call_soon`` callback runs at every pass of the loop and drains when the
-core's completion count moved (Notifier._completions), so the loop never
+core's completion count moved (Notifier.adapter_progress), so the loop never
 sleeps (one core, like ``sleep(0)`` polling) and a completion reaches it
 without a thread wake-up.
 
 The "poll" mechanism has no thread writing the fd: a ``call_later`` timer
-calls poll() then drains, starting at POLL_MIN and doubling up to POLL_MAX
-while nothing finishes, back to POLL_MIN on progress. (asyncio's selector
-rounds sub-millisecond timeouts up to 1 ms; uvloop does not.)
+calls poll() then drains, at the policy's poll intervals.
 
 Cancellation (task.cancel(), asyncio.timeout) lands in the ``finally`` of
-Dispatcher.wait, which cancels the token if it was not reported: the wait is
+Dispatcher._park, which cancels the token if it was not reported: the wait is
 detached, the GPU work is not cancelled, nothing leaks.
 
 Lifetimes. The loop's default Notifier is kept in a WeakKeyDictionary keyed
@@ -64,11 +47,11 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Callable
-from time import perf_counter
 
-from ._errors import CudafdError
-from ._notifier import Notifier
-from ._targets import INT_TARGETS, resolve
+from .._core.errors import CudafdError
+from .._core.notifier import Notifier
+from .._core.policy import POLL_MIN, WaitPolicy, next_delay
+from .._core.targets import INT_TARGETS, resolve
 
 __all__ = [
     "Dispatcher",
@@ -76,15 +59,7 @@ __all__ = [
     "default_dispatcher",
     "default_notifier",
     "close_default_notifier",
-    "POLL_MIN",
-    "POLL_MAX",
-    "SPIN_S",
 ]
-
-POLL_MIN = 50e-6
-POLL_MAX = 2e-3
-SPIN_S = 30e-6  # a lone wait yields and asks again for this long before it watches
-QUICK_YIELD_EVERY = 8  # a yield after this many waits in a row that did not need to suspend
 
 _NO_READER = (
     "this event loop cannot watch file descriptors (no add_reader: the Windows "
@@ -94,14 +69,14 @@ _NO_READER = (
 
 def _add_reader(loop: asyncio.AbstractEventLoop, notifier: Notifier, callback: Callable[[], object]) -> int:
     """Register ``callback`` for the Notifier's fd, holding the fd open while registered."""
-    fd = notifier._hold_fd()
+    fd = notifier.adapter_hold_fd()
     try:
         loop.add_reader(fd, callback)
     except NotImplementedError:
-        notifier._unhold_fd()
+        notifier.adapter_release_fd()
         raise CudafdError(_NO_READER) from None
     except BaseException:
-        notifier._unhold_fd()
+        notifier.adapter_release_fd()
         raise
     return fd
 
@@ -112,7 +87,7 @@ def _remove_reader(loop: asyncio.AbstractEventLoop, notifier: Notifier, fd: int)
         if not loop.is_closed():
             loop.remove_reader(fd)
     finally:
-        notifier._unhold_fd()
+        notifier.adapter_release_fd()
 
 
 def _stop_watching(
@@ -165,7 +140,7 @@ class _Parked:
         """Drain and resolve; True if anything was reported."""
         futures = self.futures
         try:
-            results = self.notifier._adapter_drain()
+            results = self.notifier.adapter_drain()
         except Exception as exc:  # noqa: BLE001 - the native core failed: fail every waiter rather than hang
             for fut in futures.values():
                 if not fut.done():
@@ -190,7 +165,7 @@ class _Parked:
         pass reads the core's completion count (no system call) and drains when
         it moved, so a completion reaches the loop in one pass, not a wake-up."""
         self.timer = None
-        seq = self.notifier._completions()
+        seq = self.notifier.adapter_progress()
         if seq != self.seen:
             self.seen = seq
             self.on_readable()
@@ -202,7 +177,7 @@ class _Parked:
         self.notifier.poll()
         progress = self.on_readable()
         if self.futures:
-            self.delay = POLL_MIN if progress else min(self.delay * 2, POLL_MAX)
+            self.delay = next_delay(self.delay, progress)
             self.timer = self.loop.call_later(self.delay, self.poll_tick)
 
 
@@ -212,68 +187,37 @@ class Dispatcher:
     It holds its loop and Notifier weakly and its parked futures only through
     a weak reference (see "Lifetimes" above)."""
 
-    __slots__ = ("_notifier_ref", "_parked", "_streams", "_spinning", "_quick", "__weakref__")
+    __slots__ = ("_notifier_ref", "_parked", "_policy", "__weakref__")
 
     def __init__(self, notifier: Notifier) -> None:
         self._notifier_ref = weakref.ref(notifier)
         self._parked: Callable[[], _Parked | None] = _none
-        self._streams: dict[int, int] = {}  # stream handle -> its waits started and not returned
-        self._spinning: set[int] = set()  # streams whose lone wait has not watched yet
-        self._quick = 0  # waits in a row that were over before they began
+        self._policy = WaitPolicy()
 
     def busy(self) -> bool:
         """True while a wait of this Dispatcher is in progress."""
-        return bool(self._streams) or self._parked() is not None
+        return self._policy.busy() or self._parked() is not None
 
     async def wait(self, loop: asyncio.AbstractEventLoop, target: object) -> None:
         """Wait for ``target`` (module docstring); cancellation detaches the wait (GPU work goes on)."""
         notifier = self._notifier_ref()
         if notifier is None:  # pragma: no cover - the caller holds it
             raise CudafdError("the Notifier is gone")
-        if not self._streams:
-            notifier._claim(self)  # before any drain, the fast path included
+        policy = self._policy
+        if not policy.busy():
+            notifier.adapter_claim(self)  # before any drain, the fast path included
         t = INT_TARGETS.get(target) if type(target) is int else None  # type: ignore[call-overload]
         if t is None:
             t = resolve(target)
-        key = t.handle if t.kind == "stream" else -1
-        streams = self._streams
-        lone = key not in streams
-        if lone and notifier._done_now(t):
-            self._quick += 1
-            if self._quick >= QUICK_YIELD_EVERY:  # never starve the loop
-                self._quick = 0
-                await asyncio.sleep(0)
-            return
-        self._quick = 0
-        streams[key] = streams.get(key, 0) + 1  # from here on a later wait on the stream is not lone
+        steps = policy.steps(notifier, t)
         try:
-            if lone:
-                spinning = self._spinning
-                spinning.add(key)
-                try:
-                    until = perf_counter() + SPIN_S
-                    while True:
-                        await asyncio.sleep(0)
-                        if notifier._done_now(t):
-                            return
-                        if perf_counter() >= until:
-                            break
-                    token = notifier._adapter_watch(t)
-                finally:
-                    spinning.discard(key)
-            else:
-                while key in self._spinning:  # the earlier wait records first, so it resumes first
+            for token in steps:
+                if token is None:
                     await asyncio.sleep(0)
-                if streams[key] == 1 and notifier._done_now(t):  # alone now, and over
-                    return
-                token = notifier._adapter_watch(t)
-            await self._park(loop, notifier, token)
+                else:
+                    await self._park(loop, notifier, token)
         finally:
-            left = streams[key] - 1
-            if left:
-                streams[key] = left
-            else:
-                del streams[key]
+            steps.close()
 
     async def _park(self, loop: asyncio.AbstractEventLoop, notifier: Notifier, token: int) -> None:
         parked = self._parked()

@@ -15,8 +15,8 @@ import os
 import sys
 from ctypes import byref, c_uint64, c_void_p
 
-from . import _lib
-from ._errors import E_CLOSED, E_UNKNOWN_TOKEN
+from . import lib as _lib
+from .errors import E_CLOSED, E_UNKNOWN_TOKEN
 
 __all__ = ["NativeBackend", "BATCH"]
 
@@ -78,7 +78,7 @@ class NativeBackend:
 
     def watch_event(self, handle: int, ctx: int) -> int:
         if ctx:
-            from . import _driver
+            from . import driver as _driver
 
             with _driver.get().current(ctx):
                 rc = self._c_watch_event(self._ptr, handle, self._token_ref)

@@ -16,7 +16,7 @@ import os
 import threading
 import weakref
 
-from ._errors import CudafdError
+from .errors import CudafdError
 
 __all__ = ["MESSAGE", "check", "forbidden", "generation", "track"]
 
@@ -41,7 +41,7 @@ def track(obj: object) -> None:
 
 
 def _driver_was_initialised() -> bool:
-    from . import _driver, _lib
+    from . import driver as _driver, lib as _lib
 
     drv = _driver.loaded()
     if drv is not None and getattr(drv, "_initialised", False):

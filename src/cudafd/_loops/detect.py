@@ -1,16 +1,17 @@
 """``await cudafd.wait(target)``: the async entry point, dispatching to the running loop's adapter.
 
 The async library is detected at call time: asyncio (uvloop included) goes
-to _aio, trio to _trio; anyio needs nothing of its own, since it runs on one
-of the two (its cancel scopes are those of the library underneath). Detection
-uses sniffio when it is importable (it knows trio, and asyncio-on-trio
-bridges), else asyncio's running loop, then a running trio run if trio is
-imported. Anything else raises CudafdError naming what is supported.
+to asyncio_loop, trio to trio_run; anyio needs nothing of its own, since it
+runs on one of the two (its cancel scopes are those of the library
+underneath). Detection uses sniffio when it is importable (it knows trio,
+and asyncio-on-trio bridges), else asyncio's running loop, then a running
+trio run if trio is imported. Anything else raises CudafdError naming what
+is supported.
 
 The asyncio fast path (a running loop and no other library named by sniffio)
 is checked first and costs two lookups; trio, and the cases where wait() is
-called outside any running loop, take the slower detection. _trio (and trio
-itself) is imported only when a trio run is detected.
+called outside any running loop, take the slower detection. trio_run (and
+trio itself) is imported only when a trio run is detected.
 """
 
 from __future__ import annotations
@@ -20,23 +21,22 @@ import inspect
 import sys
 from asyncio import AbstractEventLoop, get_running_loop
 from asyncio.events import _get_running_loop
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from . import _aio, _aio_fence
-from ._errors import CudafdError
+from .._core.errors import CudafdError
+from . import asyncio_fence as _aio_fence, asyncio_loop as _aio
 
 if TYPE_CHECKING:
-    from ._fence import Fence
-    from ._notifier import Notifier
+    from .._core.notifier import Notifier
 
 try:
     import sniffio as _sniffio
 except ImportError:  # pragma: no cover - optional
     _sniffio = None  # type: ignore[assignment]
 
-__all__ = ["current_async_library", "prepare", "wait", "wait_fence"]
+__all__ = ["current_async_library", "prepare", "wait", "wait_until"]
 
 
 SUPPORTED = "asyncio, uvloop, trio, or anyio on either"
@@ -69,12 +69,12 @@ _trio_module: ModuleType | None = None
 
 
 def _trio_adapter() -> ModuleType:
-    """cudafd._trio, imported on first use (it imports trio)."""
+    """cudafd._loops.trio_run, imported on first use (it imports trio)."""
     global _trio_module
     if _trio_module is None:
-        from . import _trio
+        from . import trio_run
 
-        _trio_module = _trio
+        _trio_module = trio_run
     return _trio_module
 
 
@@ -167,7 +167,7 @@ def prepare(stream: object) -> None:
     if loop is not None:
         _aio.default_notifier(loop, create=True).prepare(stream)  # type: ignore[union-attr]
     else:
-        _trio_adapter().default_dispatcher()._notifier.prepare(stream)
+        _trio_adapter().default_notifier(create=True).prepare(stream)
 
 
 async def _wait_detected(target: object, notifier: Notifier | None) -> None:
@@ -187,24 +187,19 @@ async def _wait_detected(target: object, notifier: Notifier | None) -> None:
 _aio.Dispatcher.wait.__qualname__ = _wait_detected.__qualname__ = "cudafd.wait"
 
 
-async def wait_fence(fence: Fence) -> None:
-    """Await a Fence through the running loop's adapter (what ``await fence`` does).
+async def wait_until(notifier: Notifier, check: Callable[[], bool]) -> None:
+    """Through the running loop's adapter, until ``check()`` is True, looking again whenever
+    ``notifier``'s fd turns readable (what ``await fence`` does: cudafd._core.loop_hook).
 
-    asyncio, uvloop, trio and anyio; several tasks may await one Fence, and
+    asyncio, uvloop, trio and anyio; several tasks may wait on one Fence, and
     cancelling one of them detaches only that one.
     """
-    if fence.done():
-        fence.result()
-        return
     library = "asyncio" if _plain_asyncio_loop() is not None else current_async_library()
     if library == "trio":
-        await _trio_adapter().wait_fence(fence)
+        from . import trio_fence
+
+        await trio_fence.wait_until(notifier, check)
         return
     if library != "asyncio":
         raise _unsupported(library)
-    notifier = fence._notifier
-    if notifier is None:
-        fence.result()
-        return
-    await _aio_fence.wait_readiness(fence, notifier, fence.done)
-    fence.result()
+    await _aio_fence.wait_readiness(notifier, check)

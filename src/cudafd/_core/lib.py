@@ -15,7 +15,7 @@ pass a Python int where a pointer is expected. A failure raises
 Driver choice. The core loads the CUDA driver itself (``libcuda.so.1`` by
 default, ``$CUDAFD_DRIVER`` if set). :func:`use_driver` / :func:`use_simulator`
 (or ``$CUDAFD_SIMULATOR=1``) change that before first use. The Python-side
-driver bindings (``_driver.py``) ask :func:`driver_path` for the path the core
+driver bindings (``driver.py``) ask :func:`driver_path` for the path the core
 actually loaded and dlopen the very same path, which returns the same handle:
 the simulator's state (contexts, streams) is shared between the core and Python.
 """
@@ -28,7 +28,7 @@ import threading
 from ctypes import POINTER, c_char_p, c_int, c_int64, c_size_t, c_uint64, c_void_p
 from pathlib import Path
 
-from ._errors import E_STATE, CudafdError, LibraryError, from_rc, register_name_lookup
+from .errors import E_STATE, CudafdError, LibraryError, from_rc, register_name_lookup
 
 __all__ = [
     "ABI_VERSION",
@@ -109,11 +109,12 @@ _core: ctypes.CDLL | None = None
 _core_path: str | None = None
 _UNSET = object()
 _choice: object = _UNSET  # what use_driver() asked for: a path, None (default), or _UNSET
+_bound_driver: str | None = None  # the path the Python driver bindings bound (note_bound_driver)
 
 
 def package_lib_dir() -> Path:
     """``<package>/_lib``, where the build puts both native libraries."""
-    return Path(__file__).resolve().parent / "_lib"
+    return Path(__file__).resolve().parent.parent / "_lib"
 
 
 def candidate_paths() -> list[str]:
@@ -313,16 +314,20 @@ def committed_driver_path() -> str | None:
 
     Never loads anything.
     """
-    from . import _driver  # local: _driver imports this module
-
-    d = _driver.loaded()
-    if d is not None:
-        return d.path
+    if _bound_driver is not None:
+        return _bound_driver
     if _core is not None:
         raw = _core.cudafd_driver_path()
         if raw:
             return raw.decode()
     return None
+
+
+def note_bound_driver(path: str) -> None:
+    """Called by the driver bindings (driver.get()) once they bound ``path``:
+    from then on that is the process's driver (committed_driver_path)."""
+    global _bound_driver
+    _bound_driver = path
 
 
 def driver_path() -> str:

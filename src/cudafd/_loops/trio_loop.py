@@ -8,25 +8,26 @@ drains the Notifier and reschedules the tasks of the tokens it got. Every
 other waiter is parked (``trio.lowlevel.wait_task_rescheduled``). When the
 reader's own wait is over, or cancelled, while others still wait, it hands
 the role to one of them. There is no system task and no task per wait, and
-a lone waiter is woken by the fd itself.
+a lone waiter is woken by the fd itself. The tasks awaiting one Fence do the
+same (trio_fence.py); trio_run.py finds the Dispatcher of a run.
+
+What a wait does before it parks (the fast path, the asking again, the order
+of the waits on one stream) is the shared policy, cudafd/_core/policy.py:
+Dispatcher.wait runs its steps, turning each "yield" into a checkpoint. A
+wait that ends without ever yielding still takes one checkpoint (trio wants
+every await to be one).
 
 Order: waits on one target complete in watch order (the Notifier reports
 them so), but trio runs the tasks woken together in no set order. So the
-waits on one target form a *lane*, and a reported wait's task is woken only
-once every earlier wait of its lane has returned (or left): waits on one
-stream return in the order they were started, as under asyncio. Waits on
-different targets are woken together. (Targets are matched by equality:
-a stream object and its int handle are two lanes.)
+watched waits on one target form a *lane* (a policy.Lane: streams by
+handle, other targets by equality), and a reported wait's task is woken
+only once every earlier wait of its lane has returned (or left): waits on
+one stream return in the order they were started, as under asyncio. Waits
+on different targets are woken together.
 
 The "poll" mechanism has no thread writing the fd: the reader calls poll()
-then drains, sleeping 50 µs between tries, doubling to 2 ms while nothing
-finishes, back to 50 µs on progress or when a new wait starts (it moves the
-deadline of the reader's sleep). A lone wait on work that is already over
-returns after one driver query and a checkpoint (trio wants every await to
-be one). Unlike the asyncio adapter there is no loop-side spin window for
-short waits. (Known limit: trio's epoll wait
-rounds sub-millisecond timeouts up to 1 ms, so "poll" looks at best about
-once per millisecond.)
+then drains at the policy's poll intervals, back to the shortest when a new
+wait starts (it moves the deadline of the reader's sleep).
 
 Cancellation (``trio.move_on_after``, ``fail_after``, any cancel scope,
 anyio's scopes) detaches the wait: the abort callback cancels the token at
@@ -39,13 +40,9 @@ Closing: close() wakes every waiter with ClosedError (the Notifier reports
 the pending tokens at the next drain). If the reader is blocked on the fd at
 that moment it is woken with ``trio.lowlevel.notify_closing(fd)``, directly
 when close() runs on the run's thread, through the run's TrioToken
-otherwise. The reader holds the fd open (``Notifier._hold_fd``) while it
+otherwise. The reader holds the fd open (``Notifier.adapter_hold_fd``) while it
 waits on it, so the number cannot be reused under trio's epoll. A wait
 started on a closed Notifier raises ClosedError.
-
-The default Notifier (``cudafd.wait(target)`` without notifier=) is one per
-trio run (a RunVar), created on first use and closed at the end of the run
-by a system task that sleeps until the run cancels it.
 
 Facts relied on: a trio run executes its tasks on one thread, so the state
 here needs no lock; abort callbacks run synchronously on that thread and
@@ -65,43 +62,24 @@ from __future__ import annotations
 import functools
 import threading
 import weakref
-from collections import deque
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
 
 import trio
 from trio.lowlevel import (
     Abort,
-    RunVar,
     current_task,
     current_trio_token,
     notify_closing,
     reschedule,
-    spawn_system_task,
     wait_readable,
     wait_task_rescheduled,
 )
 
-from ._errors import ClosedError, CudafdError
-from ._notifier import Notifier
-from ._targets import resolve
+from .._core.errors import ClosedError
+from .._core.notifier import Notifier
+from .._core.policy import POLL_MIN, Lane, WaitPolicy, next_delay
+from .._core.targets import Target, resolve
 
-if TYPE_CHECKING:
-    from ._fence import Fence
-
-__all__ = [
-    "POLL_MAX",
-    "POLL_MIN",
-    "Dispatcher",
-    "default_dispatcher",
-    "default_notifier",
-    "dispatcher",
-    "wait",
-    "wait_fence",
-]
-
-POLL_MIN = 50e-6
-POLL_MAX = 2e-3
+__all__ = ["Dispatcher"]
 
 _ORPHANED = "the Notifier was closed and its pending waits were drained elsewhere (the GPU work is not cancelled)"
 
@@ -111,23 +89,13 @@ class _Slot:
 
     __slots__ = ("done", "error", "key", "lane", "parked", "task")
 
-    def __init__(self, key: int, lane: _Lane | None) -> None:
+    def __init__(self, key: int, lane: Lane | None) -> None:
         self.key = key
         self.lane = lane  # the waits on its target, in watch order (None: no order to keep)
         self.task: trio.lowlevel.Task | None = None
         self.parked = False
         self.done = False
         self.error: BaseException | None = None
-
-
-class _Lane(deque):  # deque[_Slot]
-    """The pending waits on one target, in watch order; only the first may return."""
-
-    __slots__ = ("key",)
-
-    def __init__(self, key: object) -> None:
-        super().__init__()
-        self.key = key
 
 
 class _Waiters:
@@ -140,7 +108,7 @@ class _Waiters:
     def __init__(self, notifier: Notifier) -> None:
         self._notifier = notifier
         self._slots: dict[int, _Slot] = {}  # waits not reported yet
-        self._lanes: dict[object, _Lane] = {}
+        self._lanes: dict[object, Lane] = {}  # of _Slot
         self._reader: _Slot | None = None
         self._fd = -1  # the fd the reader is blocked on (held open meanwhile), else -1
         self._polling = notifier.needs_polling
@@ -219,7 +187,7 @@ class _Waiters:
                 await self._poll_until(slot)
                 return
             notifier = self._notifier
-            fd = notifier._hold_fd()  # ClosedError if the fd was released
+            fd = notifier.adapter_hold_fd()  # ClosedError if the fd was released
             self._fd = fd
             try:
                 while not slot.done:
@@ -230,7 +198,7 @@ class _Waiters:
                     self._pump()
             finally:
                 self._fd = -1
-                notifier._unhold_fd()
+                notifier.adapter_release_fd()
         finally:
             self._reader = None
 
@@ -243,7 +211,7 @@ class _Waiters:
                     self._nap = nap
                     await trio.sleep_forever()
                 self._nap = None
-                self._delay = POLL_MIN if self._pump() else min(self._delay * 2, POLL_MAX)
+                self._delay = next_delay(self._delay, self._pump())
         finally:
             self._nap = None
 
@@ -316,11 +284,13 @@ class _Waiters:
 
 def _on_close(notifier: Notifier, waiters: _Waiters) -> None:
     """Call ``waiters._notifier_closed()`` when ``notifier`` closes (one hook per Notifier, weak refs)."""
-    group = notifier.__dict__.get("_trio_close_group")
-    if group is None:
-        group = notifier.__dict__["_trio_close_group"] = weakref.WeakSet()
-        notifier._add_close_hook(functools.partial(_closed, group))
-    group.add(waiters)
+    notifier.adapter_state(_on_close, functools.partial(_close_group, notifier)).add(waiters)
+
+
+def _close_group(notifier: Notifier) -> weakref.WeakSet[_Waiters]:
+    group: weakref.WeakSet[_Waiters] = weakref.WeakSet()
+    notifier.adapter_on_close(functools.partial(_closed, group))
+    return group
 
 
 def _closed(group: weakref.WeakSet[_Waiters]) -> None:
@@ -334,39 +304,51 @@ class Dispatcher(_Waiters):
     def __init__(self, notifier: Notifier) -> None:
         super().__init__(notifier)
         self._cancel = notifier.cancel
-        self._drain = notifier._adapter_drain
+        self._drain = notifier.adapter_drain
         self._poll = notifier.poll
+        self._policy = WaitPolicy()
 
     async def wait(self, target: object) -> None:
-        """Watch ``target`` and wait for it; cancellation detaches the wait (the GPU work goes on)."""
-        try:
-            hash(target)
-            key: object = target  # equal targets (one stream's handle, say) share a lane
-        except TypeError:
-            key = ("id", id(target))
-        slots = self._slots
-        if not slots:
-            self._claim()  # before the fast path: refusal must not depend on timing
+        """Wait for ``target`` (module docstring); cancellation detaches the wait (the GPU work goes on)."""
+        notifier = self._notifier
+        if not self.busy():
+            notifier.adapter_claim(self)  # before the fast path: refusal must not depend on timing
         t = resolve(target)
-        if not slots and self._notifier._done_now(t):  # a lone wait on work already over
-            await trio.lowlevel.checkpoint()  # trio still wants one
-            return
-        token = self._notifier._adapter_watch(t)
+        steps = self._policy.steps(notifier, t)
+        checkpointed = False
+        try:
+            for token in steps:
+                checkpointed = True
+                if token is None:
+                    await trio.lowlevel.checkpoint()
+                else:
+                    await self._wait_token(token, t, target)
+        finally:
+            steps.close()
+        if not checkpointed:  # a wait on work already over: trio still wants a checkpoint
+            await trio.lowlevel.checkpoint()
+
+    async def _wait_token(self, token: int, t: Target, target: object) -> None:
+        """Park until ``token`` is reported and first in its lane."""
+        if t.kind == "stream":
+            key: object = t.handle  # one stream's waits share a lane, whatever names the stream
+        else:
+            try:
+                hash(target)
+                key = ("target", target)  # equal targets share a lane
+            except TypeError:
+                key = ("id", id(target))
         lane = self._lanes.get(key)
         if lane is None:
-            lane = self._lanes[key] = _Lane(key)
+            lane = self._lanes[key] = Lane(key)
         slot = _Slot(token, lane)
         lane.append(slot)
-        slots[token] = slot
+        self._slots[token] = slot
         await self._wait_slot(slot)
-
-    def _claim(self) -> None:
-        """Refuse a Notifier that another run or an asyncio loop is waiting on."""
-        self._notifier._claim(self)
 
     def busy(self) -> bool:
         """True while a wait of this Dispatcher is in progress."""
-        return bool(self._slots)
+        return bool(self._slots) or self._policy.busy()
 
     def _detach(self, slot: _Slot) -> None:
         if self._slots.pop(slot.key, None) is not None:
@@ -392,127 +374,4 @@ class Dispatcher(_Waiters):
         return bool(results)
 
 
-class _FenceWaiters(_Waiters):
-    """Tasks of one trio run awaiting one Fence: all resolved once ``fence.done()``."""
-
-    def __init__(self, fence: Fence, notifier: Notifier) -> None:
-        super().__init__(notifier)
-        self._done = fence.done
-        self._next = 0
-
-    async def wait(self) -> None:
-        key = self._next
-        self._next += 1
-        slot = _Slot(key, None)  # every task of a fence returns at once
-        self._slots[key] = slot
-        await self._wait_slot(slot)
-
-    def _detach(self, slot: _Slot) -> None:
-        self._slots.pop(slot.key, None)
-
-    def _pump(self) -> bool:
-        try:
-            done = self._done()
-        except Exception as exc:  # noqa: BLE001 - the fence's wait failed: it is every task's result
-            self._finish_all(exc)
-            return True
-        if done:
-            self._finish_all()  # each task then raises the fence's own result
-        return done
-
-
-# ---- dispatcher lookup ------------------------------------------------------
-
-
-class _Run:
-    """A weak-referenceable stand-in for the current trio run (kept in a RunVar)."""
-
-    __slots__ = ("__weakref__",)
-
-
-_RUN: RunVar[_Run] = RunVar("cudafd.run")
-_DEFAULT: RunVar[Dispatcher] = RunVar("cudafd.default_dispatcher")
-
-
-def _run_key() -> _Run:
-    try:
-        return _RUN.get()
-    except LookupError:
-        key = _Run()
-        _RUN.set(key)
-        return key
-
-
-async def _close_at_run_end(notifier: Notifier) -> None:
-    try:
-        await trio.sleep_forever()
-    finally:
-        notifier.close()
-
-
-def default_dispatcher() -> Dispatcher:
-    """The Dispatcher of the current run's default Notifier (created on first use, closed at run end)."""
-    try:
-        return _DEFAULT.get()
-    except LookupError:
-        pass
-    notifier = Notifier()
-    try:
-        disp = Dispatcher(notifier)
-        spawn_system_task(_close_at_run_end, notifier, name="cudafd: close the run's default Notifier")
-    except BaseException:
-        notifier.close()
-        raise
-    _DEFAULT.set(disp)
-    return disp
-
-
-def default_notifier() -> Notifier | None:
-    """The current run's default Notifier if one was created."""
-    try:
-        return _DEFAULT.get()._notifier
-    except LookupError:
-        return None
-
-
-def dispatcher(notifier: Notifier | None) -> Dispatcher:
-    """The Dispatcher of ``notifier`` (default: the run's own Notifier) in the current trio run."""
-    if notifier is None:
-        return default_dispatcher()
-    key = _run_key()
-    table = notifier.__dict__.get("_trio_dispatchers")
-    if table is None:
-        table = notifier.__dict__["_trio_dispatchers"] = weakref.WeakKeyDictionary()
-    disp = table.get(key)
-    if disp is None:
-        disp = table[key] = Dispatcher(notifier)
-    return disp
-
-
 Dispatcher.wait.__qualname__ = "cudafd.wait"  # what a never-awaited wait's warning names
-
-
-def wait(target: object, notifier: Notifier | None = None) -> Coroutine[Any, Any, None]:
-    """The coroutine of ``cudafd.wait(target, notifier=notifier)`` in the current trio run."""
-    return dispatcher(notifier).wait(target)
-
-
-async def wait_fence(fence: Fence) -> None:
-    """``await fence`` under trio: wait until the fence is done, then return or raise its result.
-
-    Several tasks may await one Fence at once; cancelling one detaches only
-    that task. Raises CudaError for a fault, ClosedError if the fence is closed
-    meanwhile, CudafdError if the fence is being awaited in another trio run.
-    """
-    notifier = fence._notifier
-    if notifier is None or fence.done():
-        fence.result()
-        return
-    token = current_trio_token()
-    waiters = fence.__dict__.get("_trio_fence_waiters")
-    if waiters is None or waiters._trio_token is not token:
-        if waiters is not None and waiters._slots:
-            raise CudafdError("a Fence can be awaited in one trio run (or event loop) at a time")
-        waiters = fence.__dict__["_trio_fence_waiters"] = _FenceWaiters(fence, notifier)
-    await waiters.wait()
-    fence.result()

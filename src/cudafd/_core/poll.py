@@ -13,8 +13,7 @@ Nothing calls poll() unless someone asks: the loop adapters do, on a timer of
 the loop's own. A caller of ``Notifier.fileno()`` (a plain select() loop, a
 Fence's fd handed to a selector) gets a helper thread instead
 (poll_by_itself): a Python thread that takes the Notifier's lock and calls
-poll() while anything is pending, every POLL_MIN doubling to POLL_MAX while
-nothing finishes, and ends when nothing is pending; the next watch starts it
+poll() while anything is pending, at the poll intervals of policy.py, and ends when nothing is pending; the next watch starts it
 again. Without it such an fd would never turn readable.
 
 Facts relied on: a stream runs its work in order, so the events recorded on
@@ -44,16 +43,15 @@ import weakref
 from collections import deque
 from ctypes import byref, c_void_p
 
-from . import _driver, _fork
-from ._errors import CudaError, CudafdError
+from . import driver as _driver, fork as _fork
+from .errors import CudaError, CudafdError
+from .policy import POLL_MIN, next_delay
 
 __all__ = ["PollBackend", "live_events", "live_eventfds"]
 
 _NOT_READY = 600
 _PER_THREAD_STREAM = 2
 _ONE = (1).to_bytes(8, sys.byteorder)
-POLL_MIN = 50e-6  # the helper thread's first interval, and again after each completion
-POLL_MAX = 2e-3  # its longest, while nothing finishes
 
 _count_lock = threading.Lock()
 _live = {"events": 0, "eventfds": 0}
@@ -250,7 +248,7 @@ class PollBackend:
                 before = self._found
                 self.poll()
                 found = self._found != before
-            delay = POLL_MIN if found else min(delay * 2, POLL_MAX)
+            delay = next_delay(delay, found)
             time.sleep(delay)
 
     def poll(self) -> None:

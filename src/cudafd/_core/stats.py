@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ctypes import c_int64
 
-from . import _lib, _poll
+from . import lib as _lib, poll as _poll
 
 __all__ = ["stats"]
 

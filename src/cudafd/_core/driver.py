@@ -32,8 +32,8 @@ from contextlib import contextmanager
 from ctypes import POINTER, byref, c_char_p, c_int, c_int64, c_uint, c_uint64, c_void_p
 from dataclasses import dataclass
 
-from . import _lib
-from ._errors import CudaError, CudafdError, register_name_lookup
+from . import lib as _lib
+from .errors import CudaError, CudafdError, register_name_lookup
 
 __all__ = ["Driver", "get", "loaded", "check", "pushed", "probe", "Probe"]
 
@@ -277,7 +277,7 @@ class Driver:
 
     def __repr__(self) -> str:
         kind = "simulator" if self.sim is not None else "driver"
-        return f"<cudafd._driver.Driver {kind} {self.path!r}>"
+        return f"<cudafd._core.driver.Driver {kind} {self.path!r}>"
 
 
 _lock = threading.Lock()
@@ -309,6 +309,7 @@ def get() -> Driver:
                     "CUDAFD_DRIVER, or call cudafd.use_simulator() (see `python -m cudafd doctor`)"
                 ) from exc
             register_name_lookup(drv.error_name)
+            _lib.note_bound_driver(path)
             _driver = drv
         return _driver
 

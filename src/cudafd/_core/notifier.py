@@ -26,15 +26,42 @@ after its work ended, plus the time the machine takes to wake a thread
 (include/cudafd.h, native/core/waiters.c). Per Notifier, or for the process
 with $CUDAFD_MAX_LATENESS.
 
-The loop adapters' protocol (cudafd/_aio.py, cudafd/_trio.py): an adapter
-claims the Notifier for its loop (``_claim``: one loop or trio run at a
-time while it has waits), watches with ``_adapter_watch`` and collects its
-own completions with ``_adapter_drain``; ``drain()`` returns only the
-tokens of ``watch()``. Each kind of drain keeps the other's completions for
-it and makes the fd readable again, so ``watch()``/``drain()`` and
-``await n.wait()`` can share one Notifier (a program that polls the fd
-itself must not also register it on the loop the adapter uses). An adapter
-holds the fd open while it has it registered (``_hold_fd``/``_unhold_fd``).
+The loop-adapter protocol: what an event-loop adapter (cudafd/_loops/:
+asyncio_loop.py, asyncio_fence.py, trio_loop.py) uses of a Notifier, and all it
+uses. The methods are the ``adapter_*`` ones plus ``cancel()``, ``poll()``,
+``needs_polling``, ``mechanism`` and ``closed``:
+
+* claim and release: ``adapter_claim(owner)`` makes ``owner`` (the adapter's
+  per-loop object, with a ``busy()`` method) the one loop or trio run that
+  waits on this Notifier. The claim lapses by itself once ``owner.busy()`` is
+  false or the owner is collected (it is held weakly): that is the release.
+  A claim while another owner is busy raises CudafdError.
+* check: ``adapter_done_now(t)`` answers "is this resolved target over by now,
+  without error?" with one driver query and no lock (the fast path).
+* watch: ``adapter_watch(t)`` starts a wait whose completion only
+  ``adapter_drain()`` reports; ``drain()`` returns only the tokens of
+  ``watch()``. Each kind of drain keeps the other's completions for it and
+  makes the fd readable again, so ``watch()``/``drain()`` and
+  ``await n.wait()`` can share one Notifier (a program that polls the fd
+  itself must not also register it on the loop the adapter uses).
+* poll: ``poll()`` looks for progress where ``needs_polling`` (the "poll"
+  mechanism), and ``adapter_progress()`` is a count that moves whenever
+  something may be drained (read without a system call: the spin mechanism's
+  loop-side spin).
+* drain: ``adapter_drain()`` as above; ``cancel(token)`` detaches a wait.
+* the fd: ``adapter_hold_fd()`` returns the fd and keeps it open until
+  ``adapter_release_fd()``: an adapter holds it while it has a reader
+  registered, so the number is never reused under its selector.
+* close hooks: ``adapter_on_close(hook)`` runs ``hook()`` after close(), on the
+  closing thread, without the Notifier's lock (trio wakes a reader blocked on
+  the fd from there).
+* state: ``adapter_state(key, make)`` is the adapter's own object for this
+  Notifier (``make()`` on first use; ``key`` is the adapter's, e.g. a class),
+  kept as long as the Notifier: per-Notifier tables of an adapter live there,
+  never in attributes of the Notifier's.
+
+Waiting policy (fast path, spin window, order, poll intervals) is not part of
+the protocol: it is cudafd/_core/policy.py, which every adapter follows.
 
 Lifetime: close() (idempotent, any thread) detaches every pending wait and
 makes the fd readable; the next drain() returns each token that was pending at
@@ -54,10 +81,10 @@ import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from . import _fork, _lib
-from ._backend import Backend
-from ._errors import ClosedError, CudaError, CudafdError, LibraryError
-from ._targets import Target, resolve
+from . import fork as _fork, lib as _lib, loop_hook
+from .backend import Backend
+from .errors import ClosedError, CudaError, CudafdError, LibraryError
+from .targets import Target, resolve
 
 __all__ = ["Notifier", "MECHANISMS", "default_mechanism"]
 
@@ -90,24 +117,12 @@ def _make_backend(mechanism: str, max_lateness_ns: int | None) -> tuple[str, Bac
                 stacklevel=3,
             )
         else:
-            from ._native import NativeBackend
+            from .native import NativeBackend
 
             return mechanism, NativeBackend(lib, mechanism, max_lateness_ns)
-    from ._poll import PollBackend
+    from .poll import PollBackend
 
     return "poll", PollBackend()
-
-
-_async_wait: Callable[..., Coroutine[Any, Any, None]] | None = None
-
-
-def _load_async_wait() -> Callable[..., Coroutine[Any, Any, None]]:
-    """cudafd.wait, imported on first use (_wait imports this module)."""
-    global _async_wait
-    from ._wait import wait
-
-    _async_wait = wait
-    return wait
 
 
 def _max_lateness_ns(value: object) -> int | None:
@@ -172,16 +187,17 @@ class Notifier:
         self._pending: dict[int, object] = {}  # token -> object kept alive for it
         self._dropped: set[int] = set()  # cancelled after completing: never reported
         self._ready: list[int] = []  # complete on arrival, not yet drained
-        self._adapter_tokens: set[int] = set()  # pending tokens of _adapter_watch
+        self._adapter_tokens: set[int] = set()  # pending tokens of adapter_watch
         self._kept: list[tuple[int, BaseException | None]] = []  # drained by one side, for drain()
-        self._kept_adapter: list[tuple[int, BaseException | None]] = []  # ... for _adapter_drain()
+        self._kept_adapter: list[tuple[int, BaseException | None]] = []  # ... for adapter_drain()
         self._owner: Callable[[], object | None] | None = None  # the loop adapter's claim (a weakref)
         self._signalled = False  # we wrote the fd for them: the next drain must clear it
         self._next_done = _DONE_TOKEN_BASE
         self._closed_batch: list[tuple[int, BaseException | None]] = []
         self._fd_holds = 0
         self._close_hooks: list[Callable[[], None]] = []
-        self._stream_done = self._backend.stream_done  # for _done_now, looked up once
+        self._adapter_states: dict[object, object] = {}  # adapter_state()
+        self._stream_done = self._backend.stream_done  # for adapter_done_now, looked up once
         self._event_done = self._backend.event_done
         self._released = False
         self._closed = False
@@ -209,7 +225,7 @@ class Notifier:
         """Start a wait and return its token.
 
         ``target`` is a stream (all work enqueued on it so far) or a recorded
-        event (its latest record); see cudafd._targets for what is accepted.
+        event (its latest record); see the guide (docs/guide.md) for what is accepted.
         The target object is kept alive until the token is drained or
         cancelled. Raises TypeError/ValueError for a bad target, CudaError if
         the driver refuses (a dead handle, a context that already faulted),
@@ -236,13 +252,14 @@ class Notifier:
                 raise ClosedError("prepare() on a closed Notifier")
             self._backend.prepare(t.handle)  # type: ignore[union-attr]
 
-    # ---- the loop adapters' protocol (module docstring) ----
+    # ---- the loop-adapter protocol (module docstring) ----
 
-    def _claim(self, owner: Any) -> None:
-        """Make ``owner`` (an adapter's per-loop object, with a ``busy()``
-        method) the one that waits on this Notifier. Raises CudafdError while
-        another owner still has waits (its ``busy()`` is true): its drains
-        would take the new one's completions."""
+    def adapter_claim(self, owner: Any) -> None:
+        """Loop-adapter protocol: make ``owner`` (an adapter's per-loop object, with a
+        ``busy()`` method; held weakly) the one that waits on this Notifier. The claim
+        lapses once ``owner.busy()`` is false or it is collected. Raises CudafdError while
+        another owner still has waits (its ``busy()`` is true): its drains would take the
+        new one's completions."""
         ref = self._owner
         current = ref() if ref is not None else None
         if current is owner:
@@ -254,14 +271,15 @@ class Notifier:
             )
         self._owner = weakref.ref(owner)
 
-    def _adapter_watch(self, t: Target) -> int:
-        """watch() for a loop adapter: its completion comes from _adapter_drain()."""
+    def adapter_watch(self, t: Target) -> int:
+        """Loop-adapter protocol: watch() of a resolved target (cudafd._core.targets.resolve),
+        whose completion only adapter_drain() reports."""
         token = self._watch(t)
         self._adapter_tokens.add(token)
         return token
 
-    def _adapter_drain(self) -> list[tuple[int, BaseException | None]]:
-        """drain() for a loop adapter: the completions of _adapter_watch tokens only."""
+    def adapter_drain(self) -> list[tuple[int, BaseException | None]]:
+        """Loop-adapter protocol: drain() of the adapter_watch() tokens only."""
         return self._drain(True)
 
     def _watch(self, t: Target) -> int:
@@ -281,8 +299,9 @@ class Notifier:
             self._pending[token] = t.keep
         return token
 
-    def _completions(self) -> int:
-        """A count that moves whenever something may be drained (native mechanisms; else -1)."""
+    def adapter_progress(self) -> int:
+        """Loop-adapter protocol: a count that moves whenever something may be drained
+        (native mechanisms; else -1). Reading it makes no system call."""
         seq = getattr(self._backend, "seq", None)
         return seq() if seq is not None and not self._released else -1
 
@@ -291,9 +310,10 @@ class Notifier:
             self._backend.signal()  # type: ignore[union-attr]
             self._signalled = True
 
-    def _done_now(self, t: Target) -> bool:
-        """True when ``t`` (stream or event) has finished without error by now: one driver
-        query, no lock. False while it runs, after a fault, or once closed (the wait reports those)."""
+    def adapter_done_now(self, t: Target) -> bool:
+        """Loop-adapter protocol: True when the resolved target ``t`` (stream or event) has
+        finished without error by now: one driver query, no lock. False while it runs, after
+        a fault, or once closed (the wait reports those)."""
         if self._closed:
             return False
         kind = t.kind
@@ -395,6 +415,42 @@ class Notifier:
         """Waits not yet reported by drain() (nor cancelled)."""
         return len(self._pending) + len(self._closed_batch) + len(self._kept) + len(self._kept_adapter)
 
+    def statistics(self) -> dict[str, int]:
+        """Counts of this Notifier's state now, by name (for tests and monitoring; any thread).
+
+        - ``pending``: waits not yet reported (nor cancelled), as the property;
+        - ``watched``: of those, the waits of watch(), which drain() reports;
+        - ``awaited``: of those, the waits of ``await n.wait()`` (cudafd.wait
+          with notifier=n), which the event loop's adapter reports;
+        - ``loop_busy``: 1 while an event loop or trio run has a wait in
+          progress on this Notifier (a wait from another loop is refused
+          meanwhile), else 0;
+        - ``fd_holds``: event-loop readers registered on the fd (it stays open
+          while there is one);
+        - ``fd_open``: 1 until the fd is released after close();
+        - ``events``: CUevents the "poll" mechanism holds for this Notifier
+          (the native mechanisms' events are counted by cudafd.stats()).
+        """
+        with self._lock:
+            adapter = self._adapter_tokens
+            awaited = (
+                sum(1 for token in self._pending if token in adapter)
+                + len(self._kept_adapter)
+                + sum(1 for token, _ in self._closed_batch if token in adapter)
+            )
+            pending = self.pending
+            ref = self._owner
+            owner = ref() if ref is not None else None
+            return {
+                "pending": pending,
+                "watched": pending - awaited,
+                "awaited": awaited,
+                "loop_busy": int(owner is not None and bool(owner.busy())),
+                "fd_holds": self._fd_holds,
+                "fd_open": int(not self._released),
+                "events": self._live_events(),
+            }
+
     @property
     def closed(self) -> bool:
         """True once close() was called."""
@@ -415,6 +471,7 @@ class Notifier:
                 return
             self._closed = True
             self._backend.close()
+            self._adapter_tokens.update(token for token, _ in self._kept_adapter)  # still the adapter's
             self._closed_batch = self._kept + self._kept_adapter + [
                 (token, ClosedError(_CLOSED_MESSAGE)) for token in self._pending
             ]
@@ -432,21 +489,23 @@ class Notifier:
 
     # ---- fd ownership, for loop adapters ----
 
-    def _hold_fd(self) -> int:
-        """Keep the fd open until _unhold_fd(): call before registering a reader. Returns the fd."""
+    def adapter_hold_fd(self) -> int:
+        """Loop-adapter protocol: keep the fd open until adapter_release_fd(); call it before
+        registering a reader. Returns the fd; raises ClosedError once it was released."""
         with self._lock:
             if self._released:
                 raise ClosedError("the Notifier is closed")
             self._fd_holds += 1
             return self._fd
 
-    def _add_close_hook(self, hook: Callable[[], None]) -> None:
-        """Call ``hook()`` after close() (on the closing thread, without the lock held)."""
+    def adapter_on_close(self, hook: Callable[[], None]) -> None:
+        """Loop-adapter protocol: call ``hook()`` after close() (on the closing thread,
+        without the Notifier's lock held)."""
         with self._lock:
             self._close_hooks.append(hook)
 
-    def _unhold_fd(self) -> None:
-        """Undo _hold_fd(): call after removing the reader."""
+    def adapter_release_fd(self) -> None:
+        """Loop-adapter protocol: undo adapter_hold_fd(); call it after removing the reader."""
         with self._lock:
             self._fd_holds -= 1
             self._release_if_idle()
@@ -456,6 +515,15 @@ class Notifier:
             self._released = True
             self._backend.destroy()  # type: ignore[union-attr]
 
+    def adapter_state(self, key: object, make: Callable[[], object]) -> Any:
+        """Loop-adapter protocol: the adapter's object for this Notifier under ``key``
+        (made by ``make()`` on first use), kept as long as the Notifier. Loop thread only."""
+        states = self._adapter_states
+        state = states.get(key)
+        if state is None:
+            state = states[key] = make()
+        return state
+
     def _live_events(self) -> int:
         backend = self._backend
         return backend.live_events() if backend is not None and not self._released else 0
@@ -464,10 +532,7 @@ class Notifier:
 
     def wait(self, target: object) -> Coroutine[Any, Any, None]:
         """``await n.wait(target)``: cudafd.wait(target, notifier=n)."""
-        wait = _async_wait
-        if wait is None:
-            wait = _load_async_wait()
-        return wait(target, notifier=self)
+        return loop_hook.wait(target, self)
 
     def __enter__(self) -> Notifier:
         return self

@@ -35,14 +35,14 @@ import warnings
 from collections.abc import Generator
 from typing import Any
 
-from . import _fork  # noqa: F401 - registers what a fork() child must know (imported with cudafd)
-from ._errors import ClosedError, InvalidStateError
-from ._notifier import Notifier
+from . import fork as _fork  # noqa: F401 - registers what a fork() child must know (imported with cudafd)
+from . import loop_hook
+from .errors import ClosedError, InvalidStateError
+from .notifier import Notifier
+from .policy import POLL_MIN, next_delay
 
 __all__ = ["Fence", "fence"]
 
-_POLL_MIN = 50e-6
-_POLL_MAX = 2e-3
 _SLEEP_MAX = 3600.0  # the longest single sleep in wait(): poll(2) takes an int of ms
 _PENDING = object()
 _ONE = (1).to_bytes(8, sys.byteorder)
@@ -74,9 +74,7 @@ _CLOSED = "the Fence was closed before the GPU passed its point (the GPU work is
 
 def _warn_if_in_loop() -> None:
     """Fence.wait() about to block inside a running event loop: say what to do instead."""
-    from ._wait import current_async_library
-
-    library = current_async_library()
+    library = loop_hook.running()
     if library is not None:
         warnings.warn(
             f"Fence.wait() blocks the running {library} event loop until the GPU passes its point: "
@@ -151,14 +149,14 @@ class Fence:
         answers from the outcome). The hold keeps a concurrent close() from
         releasing the fd, so the write never reaches another file's fd."""
         try:
-            fd = notifier._hold_fd()
+            fd = notifier.adapter_hold_fd()
         except ClosedError:
             return
         try:
             if not notifier.closed:
                 os.write(fd, _ONE)
         finally:
-            notifier._unhold_fd()
+            notifier.adapter_release_fd()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until done, at most ``timeout`` seconds (None: no limit).
@@ -177,13 +175,13 @@ class Fence:
             _warn_if_in_loop()
         notifier = self._notifier
         if notifier is not None and notifier.needs_polling:
-            delay = _POLL_MIN
+            delay = POLL_MIN
             while not self.done():
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
                 time.sleep(delay if remaining is None else min(delay, remaining))
-                delay = min(delay * 2, _POLL_MAX)
+                delay = next_delay(delay, False)
         else:
             poller = None
             while not self.done():
@@ -219,9 +217,15 @@ class Fence:
             self.done()  # takes the ClosedError batch, which releases the fd unless awaited
 
     def __await__(self) -> Generator[Any, None, None]:
-        from ._wait import wait_fence
+        return self._wait_async().__await__()
 
-        return wait_fence(self).__await__()
+    async def _wait_async(self) -> None:
+        """``await fence``: until done() through the running loop's adapter (cudafd._core.loop_hook),
+        then result(). Several tasks may await one Fence; cancelling one detaches only that one."""
+        notifier = self._notifier
+        if notifier is not None and not self.done():
+            await loop_hook.wait_until(notifier, self.done)
+        self.result()
 
     def __enter__(self) -> Fence:
         return self

@@ -1,0 +1,19 @@
+"""The loop-agnostic core of cudafd: everything but the event-loop adapters.
+
+Layers, each importing only those below it (tests/test_architecture.py checks):
+
+* errors: the exceptions and the native return codes;
+* lib: loading libcudafd.so and choosing the CUDA driver; driver: ctypes
+  bindings to that driver; fork: what a fork() child may still do; kernels:
+  the demo/test spin kernel;
+* targets: turning a framework's stream or event into a handle;
+* backend (the interface), native (the C core's notifier) and poll (the
+  pure-Python "poll" mechanism): how GPU progress is learnt;
+* policy: how every loop waits (fast path, spin window, order of the waits on
+  one stream, poll intervals);
+* loop_hook: the slot through which the loop layer (cudafd/_loops/, above)
+  installs its entry points, so the core never imports it;
+* notifier: Notifier, with the loop-adapter protocol; fence: Fence; stats.
+
+Nothing here imports cudafd._loops.
+"""

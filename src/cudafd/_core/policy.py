@@ -1,0 +1,147 @@
+"""How every event loop waits: the policy the loop adapters share, sans-io.
+
+An adapter (cudafd/_loops/) only parks a task and wakes it; what it does
+between ``cudafd.wait(target)`` and the park is decided here, the same for
+asyncio, uvloop, trio and anyio. One :class:`WaitPolicy` belongs to one
+adapter object (the waits of one Notifier in one loop or trio run). Its
+``steps(notifier, t)`` is a generator the adapter runs: each ``None`` it
+yields means "yield to the loop once, then go on"; an int is a token to park
+on until a drain reports it; when it ends, the wait is over. The adapter
+closes the generator when its wait ends, however it ends (return,
+exception, cancellation), so the bookkeeping here is undone.
+
+1. Fast path. A wait alone on its stream (no earlier wait on that stream is
+   in progress here) whose work is already over (one cuStreamQuery or
+   cuEventQuery, Notifier.adapter_done_now) is over at once: no event is
+   recorded and nothing is parked. One such wait in QUICK_YIELD_EVERY in a
+   row yields to the loop anyway, so a task that launches tiny kernels and
+   awaits them in a loop cannot starve the others; during that yield it
+   counts as in progress on its stream, as a wait asking again does.
+2. Ask again. Otherwise a lone wait yields to the loop and asks again, for up
+   to SPIN_S: a tiny kernel ends a few microseconds after its launch returns,
+   sooner than any thread could be woken to tell the loop, and in a busy loop
+   the one yield lets the other tasks run, after which the work is usually
+   over and no watch is needed at all.
+3. Watch. Then it watches (Notifier.adapter_watch: the core records an event
+   and its poller finds the end) and parks on the token.
+
+Order: the waits on one stream return in the order they started. Steps 1
+and 2 apply only to a wait that is alone on its stream, and a later wait
+watches only once the earlier one stopped asking again, so a later wait
+never returns ahead of an earlier one: the core completes one stream's
+watched waits in order. Waits on events share one such line (key -1) per
+adapter object. An adapter whose loop runs the tasks it wakes together in no
+set order (trio) also keeps the watched waits of each target in a
+:class:`Lane` and wakes a reported wait only when it is first in its lane.
+
+Poll intervals: where nothing native writes the fd (the "poll" mechanism),
+whoever polls starts at POLL_MIN and doubles up to POLL_MAX while nothing
+finishes, back to POLL_MIN on progress (:func:`next_delay`). The loops'
+timers, the Fence's blocking wait, the poll mechanism's helper thread and
+cudafd.jax_ready all use these. (asyncio's selector and trio's epoll wait
+round sub-millisecond timeouts up to 1 ms; uvloop does not.)
+
+Facts relied on: a stream runs its work in order, so a record completes no
+later than any record made after it on the same stream; the adapters run
+on their loop's thread only, so nothing here needs a lock.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Generator
+from time import perf_counter
+from typing import Any
+
+__all__ = ["POLL_MAX", "POLL_MIN", "QUICK_YIELD_EVERY", "SPIN_S", "Lane", "WaitPolicy", "next_delay"]
+
+POLL_MIN = 50e-6  # the first poll interval, and again after progress
+POLL_MAX = 2e-3  # the longest, while nothing finishes
+SPIN_S = 30e-6  # a lone wait yields and asks again for this long before it watches
+QUICK_YIELD_EVERY = 8  # a yield after this many waits in a row that were over before they began
+
+
+def next_delay(delay: float, progress: bool) -> float:
+    """The poll interval after one of ``delay``: POLL_MIN on progress, else doubled up to POLL_MAX."""
+    return POLL_MIN if progress else min(delay * 2, POLL_MAX)
+
+
+class WaitPolicy:
+    """The waits in progress of one adapter object, by stream (module docstring)."""
+
+    __slots__ = ("_streams", "_spinning", "_quick")
+
+    def __init__(self) -> None:
+        self._streams: dict[int, int] = {}  # stream handle (-1: events) -> its waits started and not over
+        self._spinning: set[int] = set()  # streams whose lone wait has not watched yet
+        self._quick = 0  # waits in a row that were over before they began
+
+    def busy(self) -> bool:
+        """True while a wait that went past the fast path is in progress."""
+        return bool(self._streams)
+
+    def steps(self, notifier: Any, t: Any) -> Generator[int | None, None, None]:
+        """The steps of one wait on the resolved target ``t`` (module docstring): yields
+        None (yield to the loop once) or a token (park until it is reported); ends when over."""
+        key = t.handle if t.kind == "stream" else -1
+        streams = self._streams
+        lone = key not in streams
+        if lone and notifier.adapter_done_now(t):
+            self._quick += 1
+            if self._quick < QUICK_YIELD_EVERY:
+                return
+            self._quick = 0
+            # Never starve the loop: yield once. Meanwhile this wait is in
+            # progress on its stream (as if asking again), so a later wait
+            # there returns after it.
+            streams[key] = streams.get(key, 0) + 1
+            self._spinning.add(key)
+            try:
+                yield None
+            finally:
+                self._spinning.discard(key)
+                self._leave(key)
+            return
+        self._quick = 0
+        streams[key] = streams.get(key, 0) + 1  # from here on a later wait on the stream is not lone
+        try:
+            if lone:
+                spinning = self._spinning
+                spinning.add(key)
+                try:
+                    until = perf_counter() + SPIN_S
+                    while True:
+                        yield None
+                        if notifier.adapter_done_now(t):
+                            return
+                        if perf_counter() >= until:
+                            break
+                    token = notifier.adapter_watch(t)
+                finally:
+                    spinning.discard(key)
+            else:
+                while key in self._spinning:  # the earlier wait records first, so it returns first
+                    yield None
+                if streams[key] == 1 and notifier.adapter_done_now(t):  # alone now, and over
+                    return
+                token = notifier.adapter_watch(t)
+            yield token
+        finally:
+            self._leave(key)
+
+    def _leave(self, key: int) -> None:
+        left = self._streams[key] - 1
+        if left:
+            self._streams[key] = left
+        else:
+            del self._streams[key]
+
+
+class Lane(deque):  # deque of the adapter's per-wait objects
+    """The watched waits on one target, in watch order; only the first may return."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: object) -> None:
+        super().__init__()
+        self.key = key

@@ -1,0 +1,94 @@
+"""The Notifier's loop-adapter protocol (adapter_*), driven by hand as an
+adapter for another loop would drive it."""
+from __future__ import annotations
+
+import select
+import time
+
+import pytest
+
+import cudafd
+from cudafd._core.targets import resolve
+
+
+class Owner:
+    """An adapter's per-loop object: busy while it says so."""
+
+    def __init__(self) -> None:
+        self.waits = 0
+
+    def busy(self) -> bool:
+        return self.waits > 0
+
+
+def _until_drained(n, drain, token):
+    deadline = time.monotonic() + 10
+    got = []
+    while time.monotonic() < deadline:
+        n.poll()
+        got += drain()
+        if any(t == token for t, _ in got):
+            return got
+        select.select([n.fileno()], [], [], 0.001 if n.needs_polling else 0.05)
+    raise AssertionError(f"token {token} never came back; got {got}")
+
+
+def test_a_claim_holds_while_its_owner_is_busy(mechanism):
+    with cudafd.Notifier(mechanism) as n:
+        first, second = Owner(), Owner()
+        n.adapter_claim(first)
+        first.waits = 1
+        with pytest.raises(cudafd.CudafdError, match="another event loop"):
+            n.adapter_claim(second)
+        assert n.statistics()["loop_busy"] == 1
+        first.waits = 0  # the release: no wait in progress any more
+        n.adapter_claim(second)
+        assert n.statistics()["loop_busy"] == 0
+
+
+def test_adapter_and_plain_completions_go_to_their_own_drain(dev, mechanism):
+    s = dev.stream()
+    with cudafd.Notifier(mechanism) as n:
+        s.launch(0.02)
+        mine = n.adapter_watch(resolve(s))
+        theirs = n.watch(s)
+        got = _until_drained(n, n.drain, theirs)
+        assert [t for t, _ in got] == [theirs]  # the adapter's token is kept for it
+        assert n.statistics()["awaited"] == 1
+        assert n.adapter_drain() == [(mine, None)]
+        assert n.statistics()["pending"] == 0
+
+
+def test_an_adapter_completion_taken_by_drain_still_reaches_the_adapter_after_close(dev, mechanism):
+    s = dev.stream()
+    n = cudafd.Notifier(mechanism)
+    s.launch(0.02)
+    mine = n.adapter_watch(resolve(s))
+    theirs = n.watch(s)
+    _until_drained(n, n.drain, theirs)  # takes the adapter's completion too, and keeps it for it
+    n.close()
+    assert n.adapter_drain() == [(mine, None)]  # its own result, not the close's
+    assert n.drain() == []
+    assert n.statistics()["fd_open"] == 0
+
+
+def test_the_fd_stays_open_while_held_and_close_hooks_run(mechanism):
+    n = cudafd.Notifier(mechanism)
+    ran = []
+    n.adapter_on_close(lambda: ran.append(n.closed))
+    fd = n.adapter_hold_fd()
+    n.close()
+    assert ran == [True]
+    assert n.statistics()["fd_open"] == 1 and n.statistics()["fd_holds"] == 1
+    n.adapter_release_fd()
+    assert n.statistics()["fd_open"] == 0
+    with pytest.raises(cudafd.ClosedError):
+        n.adapter_hold_fd()
+    assert fd >= 0
+
+
+def test_adapter_state_is_made_once_per_key(mechanism):
+    with cudafd.Notifier(mechanism) as n:
+        a = n.adapter_state(Owner, Owner)
+        assert n.adapter_state(Owner, Owner) is a
+        assert n.adapter_state(test_adapter_state_is_made_once_per_key, list) is not a

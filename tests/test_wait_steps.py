@@ -1,0 +1,66 @@
+"""The shared waiting policy (cudafd/_core/policy.py) driven directly, as an
+adapter drives it: each None is one yield to the loop, an int a token to park
+on. A stand-in Notifier answers whether the work is over."""
+from __future__ import annotations
+
+from cudafd._core.policy import QUICK_YIELD_EVERY, WaitPolicy
+
+
+class _Target:
+    def __init__(self, handle: int) -> None:
+        self.kind, self.handle = "stream", handle
+
+
+class _Notifier:
+    """Every stream's work is over; a watch would hand out tokens 1, 2, ..."""
+
+    def __init__(self) -> None:
+        self.watched = 0
+
+    def adapter_done_now(self, t: _Target) -> bool:
+        return True
+
+    def adapter_watch(self, t: _Target) -> int:
+        self.watched += 1
+        return self.watched
+
+
+def _run_to_end(gen) -> list:
+    return list(gen)
+
+
+def test_the_starvation_yield_keeps_a_streams_order():
+    """The wait that yields because it was the QUICK_YIELD_EVERY-th quick one
+    in a row still returns before a later wait on its stream."""
+    policy, n = WaitPolicy(), _Notifier()
+    for i in range(QUICK_YIELD_EVERY - 1):  # quick waits on other streams
+        assert _run_to_end(policy.steps(n, _Target(100 + i))) == []
+    first = policy.steps(n, _Target(7))
+    assert next(first) is None  # the starvation yield
+    later = policy.steps(n, _Target(7))
+    ended = []
+    # the later wait must not end while the first is still yielded
+    try:
+        step = next(later)
+        assert step is None, "the later wait parked on a token although the work was over"
+    except StopIteration:
+        ended.append("later")
+    assert ended == [], "a later wait on the stream returned while an earlier one had not"
+    _run_to_end(first)
+    ended.append("first")
+    _run_to_end(later)
+    ended.append("later")
+    assert ended == ["first", "later"]
+    assert n.watched == 0, "work already over was watched"
+    assert not policy.busy()
+
+
+def test_waits_on_other_streams_are_not_held_up_by_the_yield():
+    policy, n = WaitPolicy(), _Notifier()
+    for i in range(QUICK_YIELD_EVERY - 1):
+        _run_to_end(policy.steps(n, _Target(100 + i)))
+    first = policy.steps(n, _Target(7))
+    assert next(first) is None
+    assert _run_to_end(policy.steps(n, _Target(8))) == []  # another stream: at once
+    _run_to_end(first)
+    assert not policy.busy()
