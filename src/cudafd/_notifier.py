@@ -61,7 +61,7 @@ from ._targets import Target, resolve
 
 __all__ = ["Notifier", "MECHANISMS", "default_mechanism"]
 
-MECHANISMS = ("event", "hostfunc", "spin", "poll")
+MECHANISMS = ("event", "hostfunc", "spin", "poll", "syncfd")
 _DONE_TOKEN_BASE = 1 << 63  # tokens of waits complete on arrival (native tokens stay below)
 _CLOSED_MESSAGE = "the Notifier was closed while this wait was pending (the GPU work is not cancelled)"
 
