@@ -136,6 +136,10 @@ class Fence:
             self._outcome = ClosedError("the Fence was closed before the GPU passed its point")
         else:
             self._keep_readable(notifier)
+        if self._sync_fd is not None and self._outcome is not None:
+            from . import _syncfd
+
+            _syncfd.make_readable(self)  # the sync_file may never signal after a fault
         return True
 
     def _keep_readable(self, notifier: Notifier) -> None:
@@ -206,9 +210,10 @@ class Fence:
         notifier.close()
         if self._outcome is _PENDING:
             self.done()  # takes the ClosedError batch, which releases the fd unless awaited
-        sync_fd, self._sync_fd = self._sync_fd, None
-        if sync_fd is not None:
-            os.close(sync_fd)
+        if self._sync_fd is not None:
+            from . import _syncfd
+
+            _syncfd.close_fd(self)
 
     def __await__(self) -> Generator[Any, None, None]:
         from ._wait import wait_fence
@@ -225,10 +230,10 @@ class Fence:
         notifier = getattr(self, "_notifier", None)
         if notifier is not None:
             notifier.close()
-        sync_fd = getattr(self, "_sync_fd", None)
-        if sync_fd is not None:
-            self._sync_fd = None
-            os.close(sync_fd)
+        if getattr(self, "_sync_fd", None) is not None:
+            from . import _syncfd
+
+            _syncfd.close_fd(self)
 
     def __repr__(self) -> str:
         if self._outcome is _PENDING:

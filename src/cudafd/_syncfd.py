@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 from ctypes import byref, c_int
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from . import _lib
 from ._errors import ClosedError
@@ -103,9 +104,30 @@ def watch_fence(notifier: object, target: object) -> tuple[int, int | None]:
     return n._watch(t), None  # type: ignore[attr-defined]
 
 
-def close_fd(fd: int | None) -> None:
-    if fd is not None and fd >= 0:
+# Guards each Fence's _sync_fd between its thread and a close() from another.
+_fd_lock = threading.Lock()
+
+
+def make_readable(fence: Any) -> None:
+    """A syncfd Fence that ended in an error (a fault, or closed first): its
+    sync_file may never signal, so the fd number is pointed (dup2, atomic)
+    at an eventfd that is readable, keeping the Fence's promise that fileno()
+    stays readable once the outcome is known."""
+    with _fd_lock:
+        fd = fence._sync_fd
+        if fd is None or getattr(fence, "_sync_fd_readable", False):
+            return
+        ready = os.eventfd(1, os.EFD_CLOEXEC)
         try:
-            os.close(fd)
-        except OSError:
-            pass
+            os.dup2(ready, fd)
+        finally:
+            os.close(ready)
+        fence._sync_fd_readable = True
+
+
+def close_fd(fence: Any) -> None:
+    """Close a syncfd Fence's sync_file (once; any thread)."""
+    with _fd_lock:
+        fd, fence._sync_fd = fence._sync_fd, None
+    if fd is not None:
+        os.close(fd)
