@@ -453,6 +453,8 @@ static void run_probe(void)
         goto out;
     }
     if (signal_point(sem, scratch, &id, &thr, &step) != CUDAFD_OK) {
+        if (step == STEP_extract)
+            step_ok(STEP_signal);
         step_fail(step, "%s", cudafd_last_error());
         goto out;
     }
@@ -506,7 +508,7 @@ static void build_report(void)
         len += (size_t)snprintf(sf.report + len, cap - len, "available (experimental; fakes: %s)\n",
                                 sf.fake ? sf.lib_path : "no");
     } else {
-        snprintf(sf.message, sizeof sf.message, "the syncfd mechanism is unavailable: step '%s' (%s) failed: %s",
+        snprintf(sf.message, sizeof sf.message, "the syncfd mechanism is unavailable here: its self-test step '%s' (%s) failed: %s",
                  step_name[sf.failed], step_what[sf.failed], sf.why[sf.failed]);
         len += (size_t)snprintf(sf.report + len, cap - len, "unavailable: %s: %s\n", step_name[sf.failed],
                                 sf.why[sf.failed]);

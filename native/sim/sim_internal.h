@@ -77,12 +77,15 @@ SIM_API CUresult cuStreamSynchronize(CUstream stream);
 SIM_API CUresult cuModuleLoadData(CUmodule *module, const void *image);
 SIM_API CUresult cuModuleGetFunction(CUfunction *fn, CUmodule module, const char *name);
 SIM_API CUresult cuModuleUnload(CUmodule module);
-SIM_API CUresult cuDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, CUdevice dev, int flags);
-SIM_API CUresult cuImportExternalSemaphore(CUexternalSemaphore *sem, const CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC *desc);
-SIM_API CUresult cuSignalExternalSemaphoresAsync(const CUexternalSemaphore *sems,
-                                                 const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *params,
-                                                 unsigned int count, CUstream stream);
-SIM_API CUresult cuDestroyExternalSemaphore(CUexternalSemaphore sem);
+/* The external-semaphore entry points (sim_nvsci.c) are not exported: only
+ * cuGetProcAddress serves them, so $CUDAFD_SIM_SYNCFD_FAIL=driver can make
+ * them absent, as they are from drivers without NvSciSync interop. */
+CUresult cuDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, CUdevice dev, int flags);
+CUresult cuImportExternalSemaphore(CUexternalSemaphore *sem, const CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC *desc);
+CUresult cuSignalExternalSemaphoresAsync(const CUexternalSemaphore *sems,
+                                         const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *params,
+                                         unsigned int count, CUstream stream);
+CUresult cuDestroyExternalSemaphore(CUexternalSemaphore sem);
 SIM_API CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                                 unsigned int gridDimZ, unsigned int blockDimX,
                                 unsigned int blockDimY, unsigned int blockDimZ,

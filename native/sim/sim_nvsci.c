@@ -303,7 +303,7 @@ SIM_API void NvSciSyncFenceClear(NvSciSyncFence *fence)
 
 /* ---- the driver's external semaphores ---- */
 
-SIM_API CUresult cuDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, CUdevice dev, int flags)
+CUresult cuDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, CUdevice dev, int flags)
 {
     SIM_CHECK_INIT();
     struct fake_list *l = nvSciSyncAttrList;
@@ -318,7 +318,7 @@ SIM_API CUresult cuDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, CUdevic
     return CUDA_SUCCESS;
 }
 
-SIM_API CUresult cuImportExternalSemaphore(CUexternalSemaphore *sem, const CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC *desc)
+CUresult cuImportExternalSemaphore(CUexternalSemaphore *sem, const CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC *desc)
 {
     SIM_CHECK_INIT();
     if (!sem || !desc || desc->type != CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_NVSCISYNC)
@@ -348,7 +348,7 @@ SIM_API CUresult cuImportExternalSemaphore(CUexternalSemaphore *sem, const CUDA_
     return rc;
 }
 
-SIM_API CUresult cuDestroyExternalSemaphore(CUexternalSemaphore sem)
+CUresult cuDestroyExternalSemaphore(CUexternalSemaphore sem)
 {
     SIM_CHECK_INIT();
     pthread_mutex_lock(&sim.lock);
@@ -361,7 +361,7 @@ SIM_API CUresult cuDestroyExternalSemaphore(CUexternalSemaphore sem)
     return s ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
-SIM_API CUresult cuSignalExternalSemaphoresAsync(const CUexternalSemaphore *sems,
+CUresult cuSignalExternalSemaphoresAsync(const CUexternalSemaphore *sems,
                                                  const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *params,
                                                  unsigned int count, CUstream stream)
 {
