@@ -216,7 +216,8 @@ int cudafd_release_idle(void);
  *   0 threads    native threads of cudafd alive now (the poller; for
  *                hostfunc, its watchdog)
  *   1 events     CUevents created by cudafd and not yet destroyed
- *   2 eventfds   eventfds open (the notifiers', and the poller's timerfd)
+ *   2 eventfds   eventfds open (the notifiers', the poller's timerfd and,
+ *                for syncfd, the host1x pollfd it sleeps on)
  *   3 pending    wait records alive (attached or detached, not yet finished)
  *   4 notifiers  notifiers created and not yet destroyed
  *   5 contexts   per-context records (event pools, side streams; kept with them)

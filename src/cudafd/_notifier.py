@@ -139,7 +139,8 @@ class Notifier:
     """A pollable fd plus a queue of finished waits (see the module docstring).
 
     ``mechanism`` is how the GPU's progress is learnt: "event" (default, or
-    $CUDAFD_MECHANISM), "hostfunc", "spin" or "poll". Where libcudafd.so cannot
+    $CUDAFD_MECHANISM), "hostfunc", "spin", "poll" or "syncfd" (Jetson,
+    experimental: docs/jetson.md). Where libcudafd.so cannot
     load, "poll" is used instead, with a RuntimeWarning saying why. Raises
     ValueError for an unknown mechanism and CudafdError when the mechanism
     cannot be used here (see ``python -m cudafd doctor``).
