@@ -173,4 +173,4 @@ def test_sync_file_from_another_mechanism_is_refused(dev):
     lib = _lib.load()
     with cudafd.Notifier("event") as n:
         with pytest.raises(cudafd.CudafdError, match="syncfd"):
-            _syncfd.native_watch_fence(lib, n._backend._ptr, n._backend._token_ref, s.handle, None)
+            _syncfd.native_watch_fence(lib, n._backend._ptr, n._backend._token_ref, s.handle, False, None)

@@ -672,7 +672,7 @@ void cfd_syncfd_signal_end(cfd_syncpt *sp)
 void cfd_syncfd_arm_locked(const cfd_syncpt *sp)
 {
     if (sf.pollfd < 0) {
-        int fd;
+        int fd = -1;
         if (create_pollfd(&fd) != 0)
             return; /* the backstop completes the wait */
         sf.pollfd = fd;
@@ -701,7 +701,7 @@ void cfd_syncfd_ack(int pollfd)
 
 int cfd_syncfd_check(uint32_t id, uint32_t thr)
 {
-    int fd;
+    int fd = -1;
     int err = create_fence(id, thr, &fd);
     if (err)
         return err;

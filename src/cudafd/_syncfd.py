@@ -67,10 +67,13 @@ def probe() -> Probe:
     return _parse(lib.cudafd_syncfd_report().decode(errors="replace"))
 
 
-def native_watch_fence(lib: ctypes.CDLL, ptr: object, token_ref: object, handle: int, ctx: int | None) -> tuple[int, int]:
-    """cudafd_watch_stream_fence / cudafd_watch_event_fence (NativeBackend.watch_fence)."""
+def native_watch_fence(
+    lib: ctypes.CDLL, ptr: object, token_ref: object, handle: int, is_event: bool, ctx: int | None
+) -> tuple[int, int]:
+    """cudafd_watch_stream_fence / cudafd_watch_event_fence (NativeBackend.watch_fence);
+    an event is watched in ``ctx`` if given, else in the current context."""
     fd = c_int(-1)
-    if ctx is None:
+    if not is_event:
         rc = lib.cudafd_watch_stream_fence(ptr, handle, token_ref, byref(fd))
         where = "watching the stream"
     elif ctx:
@@ -98,7 +101,7 @@ def watch_fence(notifier: object, target: object) -> tuple[int, int | None]:
             raise ClosedError("watch() on a closed Notifier")
         if t.kind in ("stream", "event"):
             backend = n._backend  # type: ignore[attr-defined]
-            token, fd = backend.watch_fence(t.handle, None if t.kind == "stream" else t.ctx)
+            token, fd = backend.watch_fence(t.handle, t.kind == "event", t.ctx)
             n._pending[token] = t.keep  # type: ignore[attr-defined]
             return token, fd
     return n._watch(t), None  # type: ignore[attr-defined]
