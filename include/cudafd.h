@@ -64,6 +64,12 @@ extern "C" {
 #define CUDAFD_MECH_EVENT 0    /* pooled event; a shared poller asks at intervals bounded by max_lateness */
 #define CUDAFD_MECH_HOSTFUNC 1 /* cuLaunchHostFunc on a side stream; a watchdog surfaces faults */
 #define CUDAFD_MECH_SPIN 2     /* pooled event; a shared waiter polls while waits are pending */
+/* Jetson (experimental, not yet run on a board): the GPU signals a host1x
+ * syncpoint through NvSciSync; the poller sleeps on one host1x pollfd for
+ * every point, with a driver query on a slow interval as a backstop. Only
+ * where libnvscisync.so and /dev/host1x-fence exist and a self-test passes:
+ * cudafd_syncfd_report(). */
+#define CUDAFD_MECH_SYNCFD 3
 
 /* Tunables for cudafd_set_option(); process-wide, take effect for new waits. */
 #define CUDAFD_OPT_WATCHDOG_NS 0 /* hostfunc: how often pending points are checked for faults */
@@ -160,6 +166,22 @@ int cudafd_watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token);
 int cudafd_stream_done(uintptr_t stream);
 /* The same for an event's latest record: 1 when it completed without error. */
 int cudafd_event_done(uintptr_t event);
+/* The syncfd mechanism's per-point fd: cudafd_watch_stream() /
+ * cudafd_watch_event() on a CUDAFD_MECH_SYNCFD notifier, which also returns in
+ * *fence_fd a new sync_file fd (close-on-exec, the caller's to close) that the
+ * kernel makes readable when the GPU passes the point. The wait is queued on
+ * the notifier as usual, and only the notifier reports a fault: whether a
+ * sync_file ever turns readable after a GPU fault is not documented.
+ * CUDAFD_E_INVALID on a notifier of another mechanism. */
+int cudafd_watch_stream_fence(cudafd_notifier *n, uintptr_t stream, uint64_t *token, int *fence_fd);
+int cudafd_watch_event_fence(cudafd_notifier *n, uintptr_t event, uint64_t *token, int *fence_fd);
+/* The syncfd mechanism's self-test, as text (running it on the first call;
+ * it loads the driver): a first line "available ..." or "unavailable: STEP:
+ * why", then one line per step, in order, "STEP | what it does | RESULT", where
+ * RESULT is "ok", "not run" or why it failed. The steps: library, driver,
+ * device, module, attributes, reconcile, syncpoint, import, signal, extract,
+ * fence, pollfd, trigger, poll. Valid for the life of the process. */
+const char *cudafd_syncfd_report(void);
 /* Detach a pending wait: it will not be reported. The GPU work is unaffected. */
 int cudafd_cancel(cudafd_notifier *n, uint64_t token);
 /* Move up to `max` completions into out[]; returns how many (>= 0), or
@@ -194,7 +216,8 @@ int cudafd_release_idle(void);
  *   0 threads    native threads of cudafd alive now (the poller; for
  *                hostfunc, its watchdog)
  *   1 events     CUevents created by cudafd and not yet destroyed
- *   2 eventfds   eventfds open (the notifiers', and the poller's timerfd)
+ *   2 eventfds   eventfds open (the notifiers', the poller's timerfd and,
+ *                for syncfd, the host1x pollfd it sleeps on)
  *   3 pending    wait records alive (attached or detached, not yet finished)
  *   4 notifiers  notifiers created and not yet destroyed
  *   5 contexts   per-context records (event pools, side streams; kept with them)

@@ -98,4 +98,49 @@ typedef CUresult (*cuGetProcAddress_v1_t)(const char *symbol, void **pfn, int cu
     X(cuEventSynchronize, (CUevent event))                                                     \
     X(cuLaunchHostFunc, (CUstream stream, CUhostFn fn, void *user_data))
 
+/*
+ * External semaphores (the syncfd mechanism, native/core/syncfd.c). Layouts
+ * restated from cuda.h of CUDA 12: a handle description is {type; a union of
+ * an fd, two win32 pointers or an NvSciSyncObj; flags; reserved[16]}; signal
+ * parameters are {{fence value; nvSciSync fence pointer; keyed-mutex key;
+ * reserved[12]}; flags; reserved[16]}.
+ */
+typedef struct CUextSemaphore_st *CUexternalSemaphore;
+#define CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_NVSCISYNC 6
+#define CUDA_NVSCISYNC_ATTR_SIGNAL 0x1
+#define CUDA_NVSCISYNC_ATTR_WAIT   0x2
+typedef struct CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st {
+    int type;
+    union {
+        int fd;
+        struct { void *handle; const void *name; } win32;
+        const void *nvSciSyncObj;
+    } handle;
+    unsigned int flags;
+    unsigned int reserved[16];
+} CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC;
+typedef struct CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st {
+    struct {
+        struct { unsigned long long value; } fence;
+        union { void *fence; unsigned long long reserved; } nvSciSync;
+        struct { unsigned long long key; } keyedMutex;
+        unsigned int reserved[12];
+    } params;
+    unsigned int flags;
+    unsigned int reserved[16];
+} CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS;
+
+/* Optional entry points: absent from drivers without NvSciSync (x86), which
+ * only makes the syncfd mechanism unavailable (its probe names the step). */
+#define CUDAFD_DRIVER_OPTIONAL_ENTRY_POINTS(X)                                                 \
+    X(cuDevicePrimaryCtxRetain, (CUcontext * ctx, CUdevice dev))                               \
+    X(cuDevicePrimaryCtxRelease, (CUdevice dev))                                               \
+    X(cuDeviceGetNvSciSyncAttributes, (void *nvSciSyncAttrList, CUdevice dev, int flags))      \
+    X(cuImportExternalSemaphore, (CUexternalSemaphore * sem,                                   \
+                                  const CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC *desc))            \
+    X(cuSignalExternalSemaphoresAsync, (const CUexternalSemaphore *sems,                       \
+                                        const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *params,   \
+                                        unsigned int count, CUstream stream))                  \
+    X(cuDestroyExternalSemaphore, (CUexternalSemaphore sem))
+
 #endif /* CUDAFD_CUDA_ABI_H */

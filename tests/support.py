@@ -22,7 +22,12 @@ import cudafd
 from cudafd._core import driver as _driver, kernels as _kernels, lib as _lib
 
 REAL = os.environ.get("CUDAFD_TEST_DRIVER") == "real"
-MECHANISMS = ("event", "hostfunc", "spin", "poll")
+# syncfd runs against the simulator's NvSciSync and host1x fakes (subprocesses
+# inherit the setting); on a real driver only where asked for (a Jetson).
+if not REAL:
+    os.environ.setdefault("CUDAFD_SYNCFD_FAKE", _lib.sim_library_path())
+SYNCFD = not REAL or os.environ.get("CUDAFD_TEST_SYNCFD") == "1"
+MECHANISMS = ("event", "hostfunc", "spin", "poll") + (("syncfd",) if SYNCFD else ())
 LIVE_COUNTS = ("threads", "events", "eventfds", "pending", "notifiers", "contexts", "streams", "notifications")
 
 

@@ -176,6 +176,7 @@ CFD_API int cudafd_release_idle(void)
     if (g.nopen == 0 && !g.probing) {
         for (cfd_ctx *cx = g.contexts; cx; cx = cx->next)
             retire_streams(&cx->side);
+        cfd_syncfd_release_idle_locked();
         cfd_quiesce_locked();
     }
     int released = (int)(before - g.stat[ST_STREAMS]);

@@ -127,7 +127,7 @@ static void lookup_init(void *lib, struct lookup *lk)
 /* Entry points whose _v2 export has the signature of cuda_abi.h's list
  * (cuStreamGetCtx_v2, for one, has another). */
 static const char *const v2_same_signature[] = {
-    "cuCtxPushCurrent", "cuCtxPopCurrent", "cuStreamDestroy", "cuEventDestroy",
+    "cuCtxPushCurrent", "cuCtxPopCurrent", "cuStreamDestroy", "cuEventDestroy", "cuDevicePrimaryCtxRelease",
 };
 
 static void *resolve(void *lib, const struct lookup *lk, const char *name)
@@ -168,6 +168,7 @@ static int load_locked(void)
     lookup_init(lib, &lk);
 #define CFD_RESOLVE_ENTRY(name, params) table.name = (CUresult(*) params)resolve(lib, &lk, #name);
     CUDAFD_DRIVER_ENTRY_POINTS(CFD_RESOLVE_ENTRY)
+    CUDAFD_DRIVER_OPTIONAL_ENTRY_POINTS(CFD_RESOLVE_ENTRY)
 #undef CFD_RESOLVE_ENTRY
 #define CFD_CHECK_ENTRY(name, params)                                                              \
     if (!table.name && strcmp(#name, "cuLaunchHostFunc") != 0)                                     \
@@ -233,11 +234,13 @@ CFD_API int cudafd_driver_version(int *version)
 
 CFD_API int cudafd_mechanism_available(int mechanism)
 {
-    if (mechanism < CUDAFD_MECH_EVENT || mechanism > CUDAFD_MECH_SPIN)
+    if (mechanism < CUDAFD_MECH_EVENT || mechanism > CUDAFD_MECH_SYNCFD)
         return cfd_fail(CUDAFD_E_INVALID, "unknown mechanism %d", mechanism);
     int rc = cudafd_driver_load();
     if (rc != CUDAFD_OK)
         return rc;
+    if (mechanism == CUDAFD_MECH_SYNCFD)
+        return cfd_syncfd_available(); /* the probe, run once (syncfd.c) */
     if (mechanism == CUDAFD_MECH_HOSTFUNC && !cu.cuLaunchHostFunc)
         return cfd_fail(CUDAFD_E_UNSUPPORTED, "the driver %s has no cuLaunchHostFunc", loaded_path);
     return CUDAFD_OK;

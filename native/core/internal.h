@@ -22,6 +22,7 @@
 
 #include "../../include/cudafd.h"
 #include "../cuda_abi.h"
+#include "syncfd.h"
 
 #define CFD_API __attribute__((visibility("default")))
 
@@ -29,6 +30,7 @@
 struct cfd_driver {
 #define CFD_DECLARE_ENTRY(name, params) CUresult(*name) params;
     CUDAFD_DRIVER_ENTRY_POINTS(CFD_DECLARE_ENTRY)
+    CUDAFD_DRIVER_OPTIONAL_ENTRY_POINTS(CFD_DECLARE_ENTRY) /* NULL where the driver lacks them */
 #undef CFD_DECLARE_ENTRY
 };
 extern struct cfd_driver cu;
@@ -117,6 +119,7 @@ typedef struct cfd_wait {
     bool fired;          /* hostfunc: its host function ran; the watchdog confirms ev before success */
     int8_t side;         /* the side stream it holds (cfd_side_stream, cx->side), or -1 */
     uintptr_t side_key;  /* the key it holds it for */
+    cfd_syncpt sp;  /* syncfd: its point (sp.rec held through cfd_syncfd_hold_locked), else sp.rec NULL */
     int64_t t0;     /* when it was watched */
     int64_t budget; /* its notifier's max_lateness_ns at the watch */
 } cfd_wait;
@@ -133,6 +136,7 @@ typedef struct cfd_lane {
     struct cfd_lane *lprev, *lnext; /* in the poller's active list */
     cfd_wait *head, *tail;
     bool active;       /* handed to the poller */
+    bool sync_due;     /* syncfd: ask host1x about its head in the next round */
     int64_t since;     /* when the current head became head */
     int64_t next_poll; /* when the poller asks it next */
     int64_t step;      /* the interval that planned next_poll (0: ask at once) */

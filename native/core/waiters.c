@@ -55,6 +55,15 @@
  *
  * The poller starts with the first active lane and exits once no notifier
  * is open; the detached waits left then are dropped (drop_all).
+ *
+ * syncfd lanes (syncfd.c). The poller also sleeps on the host1x pollfd that
+ * every syncfd point arms. When it wakes readable, every syncfd lane's head
+ * is asked (cfd_syncfd_check: host1x, no driver call); a head that passed is
+ * asked once about a fault (cuEventQuery of the event behind its signal)
+ * and completes, and the next head is asked in the following round. The
+ * driver is asked about a syncfd head only on the backstop's interval
+ * (max(budget, CUDAFD_SYNCFD_BACKSTOP_MS)), which completes it if the
+ * syncpoint never moved (a fault, or host1x missing a wake).
  */
 #include <errno.h>
 #include <poll.h>
@@ -80,6 +89,7 @@ static void *poller_main(void *arg);
 
 static cfd_lane *active; /* lanes with waits, doubly linked via lprev/lnext; g.mu */
 static int nspin;        /* spin lanes among them */
+static bool sync_wake;   /* the syncfd pollfd woke the poller: ask every syncfd head (g.mu) */
 
 static void list_add(cfd_lane *l)
 {
@@ -143,13 +153,19 @@ static void poller_sleep(int64_t at)
     g.poller_sleeping = true;
     arm_poller(at);
     int fd = g.poller_tfd;
+    int pfd = cfd_syncfd_pollfd_locked(); /* closed only by this thread (poller_main's exit) */
     pthread_mutex_unlock(&g.mu);
-    struct pollfd p = {.fd = fd, .events = POLLIN, .revents = 0};
-    poll(&p, 1, -1);
+    struct pollfd p[2] = {{.fd = fd, .events = POLLIN, .revents = 0},
+                          {.fd = pfd, .events = POLLIN | POLLPRI, .revents = 0}};
+    poll(p, pfd >= 0 ? 2 : 1, -1);
     uint64_t ticks;
     ssize_t got = read(fd, &ticks, sizeof ticks); /* clear it (EAGAIN: re-armed meanwhile) */
     (void)got;
+    bool woke = pfd >= 0 && (p[1].revents & (POLLIN | POLLPRI));
+    if (woke)
+        cfd_syncfd_ack(pfd); /* before any head is asked: a later pass wakes it again */
     pthread_mutex_lock(&g.mu);
+    sync_wake |= woke;
     g.poller_sleeping = false;
     cfd_count(ST_WAKES, 1);
 }
@@ -176,6 +192,12 @@ static void plan(cfd_lane *l, int64_t now)
     if (l->mech == CUDAFD_MECH_SPIN) {
         l->next_poll = now;
         l->step = 0;
+        return;
+    }
+    if (l->mech == CUDAFD_MECH_SYNCFD) { /* the backstop: host1x wakes the poller otherwise */
+        int64_t backstop = cfd_syncfd_backstop_ns();
+        l->step = backstop > lane_budget(l) ? backstop : lane_budget(l);
+        l->next_poll = now + l->step;
         return;
     }
     l->step = cfd_poll_interval(now - l->since, lane_budget(l));
@@ -233,6 +255,9 @@ struct snap {
     CUevent ev;
     CUcontext ctx;
     CUresult r;
+    bool sync;        /* a syncfd head asked through host1x, not the driver */
+    bool passed;      /* sync: its syncpoint passed (known from the record, or checked) */
+    uint32_t id, thr; /* sync: the point */
 };
 
 static void *poller_main(void *arg)
@@ -248,12 +273,22 @@ static void *poller_main(void *arg)
         int k = 0;
         int64_t next = INT64_MAX;
         for (cfd_lane *l = active; l; l = l->lnext) {
-            if (k < SNAP_MAX && l->next_poll - l->step / COALESCE_DIV <= now) {
-                snap[k++] = (struct snap){l, l->head->ev, l->head->cx->ctx, 0};
+            if (sync_wake && l->mech == CUDAFD_MECH_SYNCFD)
+                l->sync_due = true;
+            if (k < SNAP_MAX && l->sync_due) {
+                cfd_wait *h = l->head;
+                snap[k++] = (struct snap){l, h->ev, h->cx->ctx, 0, true,
+                                          cfd_syncfd_known_passed_locked(h->sp.rec, h->sp.thr), h->sp.id, h->sp.thr};
+                l->sync_due = false;
+            } else if (k < SNAP_MAX && l->next_poll - l->step / COALESCE_DIV <= now) {
+                snap[k++] = (struct snap){l, l->head->ev, l->head->cx->ctx, 0, false, false, 0, 0};
+            } else if (l->sync_due) {
+                next = now; /* the snapshot is full: the next round at once */
             } else if (l->next_poll < next) {
                 next = l->next_poll;
             }
         }
+        sync_wake = false;
         if (k == 0) {
             if (!active && g.nopen == 0)
                 break;
@@ -261,16 +296,36 @@ static void *poller_main(void *arg)
             continue;
         }
         pthread_mutex_unlock(&g.mu);
+        int queries = 0;
         for (int i = 0; i < k; i++) {
+            if (snap[i].sync && !snap[i].passed && cfd_syncfd_check(snap[i].id, snap[i].thr) != 1)
+                continue; /* not yet (or host1x cannot tell: the backstop will) */
             if (snap[i].ctx != current && cu.cuCtxSetCurrent(snap[i].ctx) == CUDA_SUCCESS)
                 current = snap[i].ctx;
             snap[i].r = cu.cuEventQuery(snap[i].ev);
+            queries++;
+            if (snap[i].sync) { /* passed: done, unless the driver reports a fault */
+                snap[i].passed = true;
+                if (snap[i].r == CUDA_ERROR_NOT_READY)
+                    snap[i].r = CUDA_SUCCESS; /* its event, behind the signal, is a moment late */
+            }
         }
-        cfd_count(ST_QUERIES, k);
+        cfd_count(ST_QUERIES, queries);
         pthread_mutex_lock(&g.mu);
         now = cfd_now_ns();
         for (int i = 0; i < k; i++) {
             cfd_lane *l = snap[i].lane;
+            if (snap[i].sync) {
+                if (!snap[i].passed)
+                    continue; /* the pollfd wakes it, or the backstop's query finds it */
+                cfd_syncfd_note_passed_locked(l->head->sp.rec, snap[i].thr);
+                cfd_lane_pop(l, snap[i].r);
+                if (!l->head)
+                    retire_lane(l);
+                else
+                    l->sync_due = true, plan(l, now); /* the next head may have passed too */
+                continue;
+            }
             if (snap[i].r == CUDA_ERROR_NOT_READY) {
                 plan(l, now);
                 continue;
@@ -280,6 +335,8 @@ static void *poller_main(void *arg)
                 retire_lane(l);
             else if (l->mech == CUDAFD_MECH_SPIN)
                 plan(l, now);
+            else if (l->mech == CUDAFD_MECH_SYNCFD) /* the next head through host1x, not the driver */
+                l->sync_due = true, plan(l, now);
             else /* its next waits may be over too: ask again at once */
                 l->next_poll = now, l->step = 0;
         }
@@ -292,6 +349,7 @@ static void *poller_main(void *arg)
     }
     g.poller_running = false;
     close_poller_timer();
+    cfd_syncfd_close_pollfd_locked();
     cfd_thread_exit_locked();
     pthread_mutex_unlock(&g.mu);
     return arg;

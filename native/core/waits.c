@@ -189,6 +189,8 @@ void cfd_wait_complete(cfd_wait *w, int64_t status, bool from_hostfn)
     cfd_note_fault(w->cx, status);
     if (w->side >= 0)
         cfd_side_release(&w->cx->side, w->side_key, w->side);
+    if (w->sp.rec)
+        cfd_syncfd_hold_locked(w->sp.rec, -1);
     if (w->owns_ev && w->ev) {
         if ((status == 0 && g.nopen > 0) || from_hostfn || g.probing)
             cfd_ctx_give_event(w->cx, w->ev); /* pooled, or retired later by a quiesce */
@@ -274,6 +276,8 @@ void cfd_wait_discard(cfd_wait *w)
     cfd_wait_detach(w);
     if (w->side >= 0)
         cfd_side_release(&w->cx->side, w->side_key, w->side);
+    if (w->sp.rec)
+        cfd_syncfd_hold_locked(w->sp.rec, -1);
     cfd_ctx_give_event(w->cx, w->ev);
     cfd_ctx_release(w->cx);
     wait_free(w);

@@ -8,6 +8,7 @@
  * driver go back to the caller; a sticky one is also reported to every
  * other wait of the context (cfd_note_fault).
  */
+#include <stdio.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -53,7 +54,7 @@ static uint64_t this_thread(void) { return (uint64_t)syscall(SYS_gettid); }
  * `side` (>= 0): the side stream held for `side_key`, which the wait takes
  * over; on failure it is released here. */
 static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t thread, CUevent ev,
-                   int side, uintptr_t side_key, uint64_t *token)
+                   int side, uintptr_t side_key, const cfd_syncpt *sp, uint64_t *token)
 {
     pthread_mutex_lock(&g.mu);
     int rc = CUDAFD_OK;
@@ -66,6 +67,10 @@ static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t t
     if (w) {
         w->side = (int8_t)side;
         w->side_key = side_key;
+        if (sp && sp->rec) {
+            w->sp = *sp;
+            cfd_syncfd_hold_locked(sp->rec, 1);
+        }
     } else if (side >= 0) {
         cfd_side_release(&cx->side, side_key, side);
     }
@@ -88,6 +93,8 @@ static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t t
     if (rc != CUDAFD_OK && l && !l->head && !l->active)
         cfd_lane_free(l);
     if (rc == CUDAFD_OK) {
+        if (w->sp.rec)
+            cfd_syncfd_arm_locked(&w->sp); /* after the wait is in its lane: a wake finds it */
         *token = w->token;
         cfd_ctx_release(cx); /* the wait holds the record now: drop the caller's hold */
     }
@@ -132,7 +139,23 @@ static int enter_stream_ctx(cudafd_notifier *n, uintptr_t stream, CUcontext *ctx
     return cfd_enter_ctx(*ctx, pushed);
 }
 
-static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token)
+/* The syncfd mechanism's point on `stream` (signalled there now), and, if
+ * fence_fd is given, the sync_file for it once the wait is queued. */
+static int fence_for(cudafd_notifier *n, const cfd_syncpt *sp, uint64_t token, int *fence_fd)
+{
+    if (!fence_fd)
+        return CUDAFD_OK;
+    int rc = cfd_syncfd_sync_file(sp->id, sp->thr, fence_fd);
+    if (rc != CUDAFD_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", cudafd_last_error());
+        cudafd_cancel(n, token); /* the caller gets no token: nobody would drain it */
+        cfd_fail(rc, "%s", why);
+    }
+    return rc;
+}
+
+static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, int *fence_fd)
 {
     int rc = check_notifier(n);
     if (rc != CUDAFD_OK)
@@ -155,14 +178,25 @@ static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token)
         rc = cfd_hostfunc_watch(n, cx, (CUstream)stream, NULL, token);
     } else {
         CUevent ev = NULL;
-        rc = cfd_record(cx, (CUstream)stream, taken, &ev);
+        cfd_syncpt sp = {NULL, 0, 0};
+        if (n->mech == CUDAFD_MECH_SYNCFD &&
+            (rc = cfd_syncfd_signal(ctx, (CUstream)stream, thread, &sp)) != CUDAFD_OK) {
+            pthread_mutex_lock(&g.mu);
+            if (taken)
+                cfd_ctx_give_event(cx, taken);
+            pthread_mutex_unlock(&g.mu);
+        } else {
+            rc = cfd_record(cx, (CUstream)stream, taken, &ev);
+        }
         if (rc == CUDAFD_OK) {
-            rc = enqueue(n, cx, stream == 1 ? 0 : stream, thread, ev, -1, 0, token);
+            rc = enqueue(n, cx, stream == 1 ? 0 : stream, thread, ev, -1, 0, &sp, token);
+            cfd_syncfd_signal_end(&sp);
             if (rc == CUDAFD_OK) { /* the common path: two critical sections in all */
                 cfd_leave_ctx(pushed);
-                return rc;
+                return fence_for(n, &sp, *token, fence_fd);
             }
         }
+        cfd_syncfd_signal_end(&sp);
     }
     cfd_leave_ctx(pushed);
     if (rc == CUDAFD_E_CUDA) {
@@ -199,10 +233,39 @@ CFD_API int cudafd_prepare(cudafd_notifier *n, uintptr_t stream)
 
 CFD_API int cudafd_watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token)
 {
-    return watch_stream(n, stream, token);
+    return watch_stream(n, stream, token, NULL);
 }
 
+static int watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token, int *fence_fd);
+
 CFD_API int cudafd_watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token)
+{
+    return watch_event(n, event, token, NULL);
+}
+
+static int check_fence_args(cudafd_notifier *n, uint64_t *token, int *fence_fd)
+{
+    if (!n || !token || !fence_fd)
+        return cfd_fail(CUDAFD_E_INVALID, "%s is NULL", !n ? "notifier" : !token ? "token" : "fence_fd");
+    *fence_fd = -1;
+    if (n->mech != CUDAFD_MECH_SYNCFD)
+        return cfd_fail(CUDAFD_E_INVALID, "a sync_file fence needs a notifier of the syncfd mechanism");
+    return CUDAFD_OK;
+}
+
+CFD_API int cudafd_watch_stream_fence(cudafd_notifier *n, uintptr_t stream, uint64_t *token, int *fence_fd)
+{
+    int rc = check_fence_args(n, token, fence_fd);
+    return rc != CUDAFD_OK ? rc : watch_stream(n, stream, token, fence_fd);
+}
+
+CFD_API int cudafd_watch_event_fence(cudafd_notifier *n, uintptr_t event, uint64_t *token, int *fence_fd)
+{
+    int rc = check_fence_args(n, token, fence_fd);
+    return rc != CUDAFD_OK ? rc : watch_event(n, event, token, fence_fd);
+}
+
+static int watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token, int *fence_fd)
 {
     int rc = check_notifier(n);
     if (rc != CUDAFD_OK)
@@ -238,19 +301,25 @@ CFD_API int cudafd_watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *to
         CUstream side = NULL;
         CUevent ev = NULL;
         int side_index = -1;
+        cfd_syncpt sp = {NULL, 0, 0};
         rc = cfd_side_stream(&cx->side, event, false, &side, &side_index);
         if (rc == CUDAFD_OK && (r = cu.cuStreamWaitEvent(side, (CUevent)event, 0)) != CUDA_SUCCESS)
             rc = cfd_fail_cuda(r, "cuStreamWaitEvent on the event");
+        if (rc == CUDAFD_OK && n->mech == CUDAFD_MECH_SYNCFD)
+            rc = cfd_syncfd_signal(ctx, side, 0, &sp);
         if (rc == CUDAFD_OK)
             rc = cfd_record(cx, side, NULL, &ev);
         if (rc == CUDAFD_OK) { /* enqueue takes over the side stream, even when it fails */
-            if ((rc = enqueue(n, cx, (uintptr_t)side, 0, ev, side_index, event, token)) == CUDAFD_OK)
-                return rc; /* enqueue dropped the record's hold too */
+            rc = enqueue(n, cx, (uintptr_t)side, 0, ev, side_index, event, &sp, token);
+            cfd_syncfd_signal_end(&sp);
+            if (rc == CUDAFD_OK)
+                return fence_for(n, &sp, *token, fence_fd); /* enqueue dropped the record's hold too */
         } else if (side_index >= 0) {
             pthread_mutex_lock(&g.mu);
             cfd_side_release(&cx->side, event, side_index);
             pthread_mutex_unlock(&g.mu);
         }
+        cfd_syncfd_signal_end(&sp);
     }
     ctx_unhold(cx);
     return rc;

@@ -37,6 +37,14 @@
  *  - Stream handles 0 and CU_STREAM_LEGACY mean the current context's default
  *    stream; CU_STREAM_PER_THREAD means the calling thread's own stream in
  *    the current context.
+ *  - NvSciSync and the host1x fence device, for the syncfd mechanism
+ *    (sim_nvsci.c): the library exports the NvSciSync calls the core uses
+ *    and a fake device (cudafdsim_host1x_open/ioctl/close/ack); the core
+ *    takes them with $CUDAFD_SYNCFD_FAKE=<this library>. Each NvSciSync
+ *    object is a 32-bit syncpoint starting at $CUDAFD_SIM_SYNCPOINT_START
+ *    (default 0), advanced when a stream runs its
+ *    cuSignalExternalSemaphoresAsync; the fds are real eventfds.
+ *    $CUDAFD_SIM_SYNCFD_FAIL=<step> fails one step of the core's probe.
  *  - $CUDAFD_SIM_LATE_FAULT_MS=N: a cuEventSynchronize already blocked when
  *    its context faults returns the fault N ms after the fault instead of at
  *    once, as on an H200 where it waits for its own stream to drain.

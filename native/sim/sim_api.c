@@ -279,7 +279,11 @@ SIM_API int cudafdsim_stats(int64_t *out, int n)
     X(cuModuleLoadData, ())                                                            \
     X(cuModuleGetFunction, ())                                                         \
     X(cuModuleUnload, ())                                                              \
-    X(cuLaunchKernel, ())
+    X(cuLaunchKernel, ())                                                              \
+    X(cuDeviceGetNvSciSyncAttributes, ())                                              \
+    X(cuImportExternalSemaphore, ())                                                   \
+    X(cuSignalExternalSemaphoresAsync, ())                                             \
+    X(cuDestroyExternalSemaphore, ())
 
 static const struct {
     const char *name;
@@ -302,6 +306,12 @@ static int versioned_since(const char *name)
     SIM_VERSIONED(SIM_SINCE_ROW)
 #undef SIM_SINCE_ROW
     return 0;
+}
+
+static bool is_extsem_call(const char *name)
+{
+    return strcmp(name, "cuDeviceGetNvSciSyncAttributes") == 0 || strcmp(name, "cuImportExternalSemaphore") == 0 ||
+           strcmp(name, "cuSignalExternalSemaphoresAsync") == 0 || strcmp(name, "cuDestroyExternalSemaphore") == 0;
 }
 
 static pthread_once_t version_once = PTHREAD_ONCE_INIT;
@@ -338,6 +348,8 @@ static CUresult lookup(const char *symbol, void **pfn, int cudaVersion,
     void *fn = NULL;
     if (strcmp(symbol, "cuGetProcAddress") == 0) {
         fn = cudaVersion >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
+    } else if (is_extsem_call(symbol) && sim_syncfd_fails("driver")) {
+        fn = NULL; /* a driver without NvSciSync interop, as on x86 */
     } else if (cudaVersion < versioned_since(symbol)) {
         fn = sim_legacy_entry(symbol);
     } else {

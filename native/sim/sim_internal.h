@@ -77,6 +77,15 @@ SIM_API CUresult cuStreamSynchronize(CUstream stream);
 SIM_API CUresult cuModuleLoadData(CUmodule *module, const void *image);
 SIM_API CUresult cuModuleGetFunction(CUfunction *fn, CUmodule module, const char *name);
 SIM_API CUresult cuModuleUnload(CUmodule module);
+/* The external-semaphore entry points (sim_nvsci.c) are not exported: only
+ * cuGetProcAddress serves them, so $CUDAFD_SIM_SYNCFD_FAIL=driver can make
+ * them absent, as they are from drivers without NvSciSync interop. */
+CUresult cuDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, CUdevice dev, int flags);
+CUresult cuImportExternalSemaphore(CUexternalSemaphore *sem, const CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC *desc);
+CUresult cuSignalExternalSemaphoresAsync(const CUexternalSemaphore *sems,
+                                         const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *params,
+                                         unsigned int count, CUstream stream);
+CUresult cuDestroyExternalSemaphore(CUexternalSemaphore sem);
 SIM_API CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                                 unsigned int gridDimZ, unsigned int blockDimX,
                                 unsigned int blockDimY, unsigned int blockDimZ,
@@ -84,9 +93,9 @@ SIM_API CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned in
                                 void **kernelParams, void **extra);
 
 /* ---- objects ---- */
-enum sim_type { SIM_T_CTX = 1, SIM_T_STREAM, SIM_T_EVENT, SIM_T_MODULE, SIM_T_FUNC };
+enum sim_type { SIM_T_CTX = 1, SIM_T_STREAM, SIM_T_EVENT, SIM_T_MODULE, SIM_T_FUNC, SIM_T_EXTSEM };
 
-enum sim_op_kind { SIM_OP_KERNEL, SIM_OP_RECORD, SIM_OP_WAIT, SIM_OP_HOST };
+enum sim_op_kind { SIM_OP_KERNEL, SIM_OP_RECORD, SIM_OP_WAIT, SIM_OP_HOST, SIM_OP_SIGNAL };
 enum sim_host_state { SIM_HOST_QUEUED, SIM_HOST_DISPATCHED, SIM_HOST_RUNNING, SIM_HOST_RETURNED };
 
 struct sim_event;
@@ -108,6 +117,7 @@ struct sim_op {
         struct { struct sim_event *ev; } record; /* reference while queued */
         struct { struct sim_op *rec; } wait;     /* the record waited for */
         struct { CUhostFn fn; void *data; enum sim_host_state state; } host;
+        struct { uint32_t syncpoint; } signal; /* an NvSciSync semaphore's signal (sim_nvsci.c) */
     };
 };
 
@@ -234,6 +244,10 @@ CUresult sim_launch_locked(struct sim_stream *s, uint64_t ns, CUresult fault);
 void sim_event_kill_locked(struct sim_event *e);
 void sim_event_unref_locked(struct sim_event *e);
 void sim_record_complete_locked(struct sim_op *rec);
+
+/* ---- sim_nvsci.c: the fake NvSciSync library and host1x fence device ---- */
+void sim_syncpoint_incr_locked(uint32_t id); /* a signal op ran: the syncpoint counts one more */
+bool sim_syncfd_fails(const char *step);      /* $CUDAFD_SIM_SYNCFD_FAIL names this step */
 
 /* ---- sim_sched.c ---- */
 CUresult sim_sched_start_locked(void);

@@ -68,6 +68,9 @@ static enum advance advance(struct sim_stream *s, uint64_t now, uint64_t *deadli
             if (!op->wait.rec->done && !op->wait.rec->dropped)
                 return result;
             break;
+        case SIM_OP_SIGNAL:
+            sim_syncpoint_incr_locked(op->signal.syncpoint);
+            break;
         case SIM_OP_HOST:
             if (op->host.state == SIM_HOST_QUEUED)
                 sim_callback_submit_locked(op);

@@ -13,7 +13,8 @@
  * last notifier closed while other threads watch on it; a fork() child
  * refused and exiting while the parent's wait goes on; side streams kept
  * past the last notifier and released on request; the smallest and a large
- * max_lateness; bad input; every live count back to zero at the end.
+ * max_lateness; bad input; every live count back to zero at the end. With
+ * $CUDAFD_SYNCFD_FAKE set, the syncfd mechanism too (stress_syncfd.c).
  */
 #include <dlfcn.h>
 #include <poll.h>
@@ -640,8 +641,13 @@ int main(void)
     sim_ctx_create(0, &a);
     sim_ctx_create(1, &b);
     test_bad_input(a);
-    const int mechs[] = {CUDAFD_MECH_EVENT, CUDAFD_MECH_HOSTFUNC, CUDAFD_MECH_SPIN};
-    for (int m = 0; m < 3; m++) {
+    const int mechs[] = {CUDAFD_MECH_EVENT, CUDAFD_MECH_HOSTFUNC, CUDAFD_MECH_SPIN, CUDAFD_MECH_SYNCFD};
+    int nmechs = 3;
+    if (syncfd_expected()) { /* the simulator's fakes: syncfd runs every check below too */
+        test_syncfd(a, sim_push, sim_pop, sim_event_create, sim_event_record, sim_event_destroy);
+        nmechs = 4;
+    }
+    for (int m = 0; m < nmechs; m++) {
         test_ordering(mechs[m], a, b);
         test_threads(mechs[m], a);
         test_cancel(mechs[m], a);

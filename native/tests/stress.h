@@ -37,6 +37,12 @@ extern CUresult (*sim_launch)(CUstream, uint64_t, CUresult);
 extern CUresult (*sim_stream_destroy)(CUstream);
 
 CUstream new_stream(CUcontext ctx); /* a non-blocking stream of ctx */
+/* stress_syncfd.c: the syncfd mechanism's own checks; whether the fakes are
+ * set up ($CUDAFD_SYNCFD_FAKE), so that syncfd must be available. */
+bool syncfd_expected(void);
+void test_syncfd(CUcontext ctx, CUresult (*push)(CUcontext), CUresult (*pop)(CUcontext *),
+                 CUresult (*ev_create)(CUevent *, unsigned), CUresult (*ev_record)(CUevent, CUstream),
+                 CUresult (*ev_destroy)(CUevent));
 double now_s(void);                 /* CLOCK_MONOTONIC seconds */
 /* Wait on the fd and drain until `want` completions arrived or timeout. */
 int collect(cudafd_notifier *n, cudafd_completion *got, int want, double timeout);

@@ -70,6 +70,9 @@ pub const CUDAFD_MECH_EVENT: c_int = 0;
 pub const CUDAFD_MECH_HOSTFUNC: c_int = 1;
 /// Pooled events; a shared waiter polls while waits are pending.
 pub const CUDAFD_MECH_SPIN: c_int = 2;
+/// Jetson, experimental: a host1x syncpoint through NvSciSync, probe-gated
+/// (see [`cudafd_syncfd_report`]).
+pub const CUDAFD_MECH_SYNCFD: c_int = 3;
 
 /// Option (hostfunc): how often pending points are checked for faults (ns).
 pub const CUDAFD_OPT_WATCHDOG_NS: c_int = 0;
@@ -155,6 +158,12 @@ extern "C" {
     pub fn cudafd_stream_done(stream: usize) -> c_int;
     /// 1 when the event's latest record completed without error, else 0.
     pub fn cudafd_event_done(event: usize) -> c_int;
+    /// syncfd: watch a stream and get the point's sync_file in `fence_fd` (the caller closes it).
+    pub fn cudafd_watch_stream_fence(n: *mut cudafd_notifier, stream: usize, token: *mut u64, fence_fd: *mut c_int) -> c_int;
+    /// syncfd: watch an event and get the point's sync_file in `fence_fd` (the caller closes it).
+    pub fn cudafd_watch_event_fence(n: *mut cudafd_notifier, event: usize, token: *mut u64, fence_fd: *mut c_int) -> c_int;
+    /// The syncfd mechanism's self-test as text, one line per step (runs it on the first call).
+    pub fn cudafd_syncfd_report() -> *const c_char;
     /// Detach a pending wait: it will not be reported; the GPU work goes on.
     pub fn cudafd_cancel(n: *mut cudafd_notifier, token: u64) -> c_int;
     /// Move up to `max` completions into `out`; returns how many, or

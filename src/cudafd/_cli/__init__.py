@@ -17,7 +17,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--waits", type=int, default=40000, help="total waits (default 40000)")
     m.add_argument("--streams", type=int, default=32, help="streams, one coroutine each (default 32)")
     m.add_argument("--sim", action="store_true", help="use the simulator even if a GPU is usable")
-    m.add_argument("--mechanism", default=None, choices=["event", "hostfunc", "spin", "poll"],
+    m.add_argument("--mechanism", default=None, choices=["event", "hostfunc", "spin", "poll", "syncfd"],
                    help="event (default), hostfunc, spin or poll")
     b = sub.add_parser("bench", help="latency, CPU, bubble, throughput, scale against the usual baselines")
     b.add_argument("rest", nargs=argparse.REMAINDER)

@@ -80,6 +80,20 @@ def _mechanisms_section(native: bool) -> list[str]:
     return usable
 
 
+def _syncfd_section(native: bool) -> None:
+    """The syncfd mechanism's self-test, step by step (docs/jetson.md asks Jetson users for this)."""
+    print("syncfd (Jetson, experimental: not yet run on a board)")
+    if not native:
+        _line("syncfd", "unavailable: the native core did not load")
+        return
+    from .. import _syncfd
+
+    p = _syncfd.probe()
+    _line("syncfd", p.summary)
+    for step in p.steps:
+        _line(f"syncfd {step.name}", f"{step.result} ({step.what})")
+
+
 def _loops_section() -> None:
     print("event loops")
     for mod, note in (
@@ -161,12 +175,14 @@ def _fault_check() -> bool:
 def run(force_sim: bool = False) -> int:
     """Print the report; returns 0 if the self-test passed, 1 otherwise."""
     print(f"cudafd {__version__} (Python {platform.python_version()}, {platform.system()} {platform.machine()})")
-    for var in ("CUDAFD_LIBRARY", "CUDAFD_DRIVER", "CUDAFD_SIMULATOR", "CUDAFD_MECHANISM", "CUDA_VISIBLE_DEVICES"):
+    for var in ("CUDAFD_LIBRARY", "CUDAFD_DRIVER", "CUDAFD_SIMULATOR", "CUDAFD_MECHANISM", "CUDAFD_SYNCFD_FAKE", "CUDA_VISIBLE_DEVICES"):
         if os.environ.get(var):
             _line(var, os.environ[var])
     native = _native_section()
     setup = _driver_section(force_sim)
     mechanisms = _mechanisms_section(native) if setup is not None else []
+    if setup is not None:
+        _syncfd_section(native)
     _loops_section()
     if setup is None:
         print("self-test skipped: no driver and no simulator")

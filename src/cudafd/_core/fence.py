@@ -91,9 +91,15 @@ class Fence:
         self._closed = True  # first: a half-built object is safe to collect
         self._notifier: Notifier | None = None
         self._outcome: object = _PENDING  # None, or the exception to raise
+        self._sync_fd: int | None = None  # syncfd: the kernel's sync_file, which fileno() gives
         notifier = Notifier(mechanism)
         try:
-            self._token = notifier.watch(target)
+            if notifier.mechanism == "syncfd":
+                from . import _syncfd
+
+                self._token, self._sync_fd = _syncfd.watch_fence(notifier, target)
+            else:
+                self._token = notifier.watch(target)
         except BaseException:
             notifier.close()
             raise
@@ -103,7 +109,7 @@ class Fence:
 
     @property
     def mechanism(self) -> str:
-        """The mechanism of the fence's Notifier ("event", "hostfunc", "spin" or "poll")."""
+        """The mechanism of the fence's Notifier ("event", "hostfunc", "spin", "poll" or "syncfd")."""
         return self._notifier.mechanism if self._notifier is not None else "?"
 
     def fileno(self) -> int:
@@ -114,10 +120,16 @@ class Fence:
         add_reader); reading it is not needed and not allowed (it belongs to
         the Fence). With the "poll" mechanism the first fileno() starts the
         Notifier's helper thread, which polls the driver until the point is
-        passed (Notifier.fileno). Raises ClosedError after close().
+        passed (Notifier.fileno). With the "syncfd" mechanism it is the
+        kernel's sync_file for the point (docs/jetson.md): whether that turns
+        readable after a GPU fault is not documented, so wait(), result() and
+        await, which also watch the driver, are the ones that report faults.
+        Raises ClosedError after close().
         """
         if self._closed:
             raise ClosedError("the Fence is closed")
+        if self._sync_fd is not None:
+            return self._sync_fd
         notifier = self._notifier
         if notifier is not None and notifier.needs_polling and self._outcome is _PENDING:
             notifier.fileno()  # starts the helper that makes the fd readable by itself
@@ -141,6 +153,10 @@ class Fence:
             self._outcome = ClosedError(_CLOSED)
         else:
             self._keep_readable(notifier)
+        if self._sync_fd is not None and self._outcome is not None:
+            from . import _syncfd
+
+            _syncfd.make_readable(self)  # the sync_file may never signal after a fault
         return True
 
     def _keep_readable(self, notifier: Notifier) -> None:
@@ -215,6 +231,10 @@ class Fence:
         notifier.close()
         if self._outcome is _PENDING:
             self.done()  # takes the ClosedError batch, which releases the fd unless awaited
+        if self._sync_fd is not None:
+            from . import _syncfd
+
+            _syncfd.close_fd(self)
 
     def __await__(self) -> Generator[Any, None, None]:
         return self._wait_async().__await__()
@@ -237,6 +257,10 @@ class Fence:
         notifier = getattr(self, "_notifier", None)
         if notifier is not None:
             notifier.close()
+        if getattr(self, "_sync_fd", None) is not None:
+            from . import _syncfd
+
+            _syncfd.close_fd(self)
 
     def __repr__(self) -> str:
         if self._outcome is _PENDING:

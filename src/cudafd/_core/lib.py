@@ -53,7 +53,8 @@ DEFAULT_DRIVER = "libcuda.so.1"
 MECH_EVENT = 0
 MECH_HOSTFUNC = 1
 MECH_SPIN = 2
-NATIVE_MECHANISMS = {"event": MECH_EVENT, "hostfunc": MECH_HOSTFUNC, "spin": MECH_SPIN}
+MECH_SYNCFD = 3
+NATIVE_MECHANISMS = {"event": MECH_EVENT, "hostfunc": MECH_HOSTFUNC, "spin": MECH_SPIN, "syncfd": MECH_SYNCFD}
 STAT_COUNT = 12
 
 # Options (CUDAFD_OPT_*) and the bounds of max_lateness (CUDAFD_MAX_LATENESS_*).
@@ -92,6 +93,9 @@ _PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "cudafd_prepare": (c_int, [c_void_p, c_size_t]),
     "cudafd_watch_stream": (c_int, [c_void_p, c_size_t, POINTER(c_uint64)]),
     "cudafd_watch_event": (c_int, [c_void_p, c_size_t, POINTER(c_uint64)]),
+    "cudafd_watch_stream_fence": (c_int, [c_void_p, c_size_t, POINTER(c_uint64), POINTER(c_int)]),
+    "cudafd_watch_event_fence": (c_int, [c_void_p, c_size_t, POINTER(c_uint64), POINTER(c_int)]),
+    "cudafd_syncfd_report": (c_char_p, []),
     "cudafd_cancel": (c_int, [c_void_p, c_uint64]),
     "cudafd_stream_done": (c_int, [c_size_t]),
     "cudafd_event_done": (c_int, [c_size_t]),

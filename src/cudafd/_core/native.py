@@ -88,6 +88,12 @@ class NativeBackend:
             _lib.raise_for(self._lib, rc, "watching the event")
         return self._token.value
 
+    def watch_fence(self, handle: int, is_event: bool, ctx: int | None) -> tuple[int, int]:
+        """The syncfd mechanism's watch that also makes a sync_file: (token, fd)."""
+        from ._syncfd import native_watch_fence
+
+        return native_watch_fence(self._lib, self._ptr, self._token_ref, handle, is_event, ctx)
+
     def cancel(self, token: int) -> bool:
         rc = self._c_cancel(self._ptr, token)
         if rc == 0:

@@ -88,7 +88,7 @@ from .targets import Target, resolve
 
 __all__ = ["Notifier", "MECHANISMS", "default_mechanism"]
 
-MECHANISMS = ("event", "hostfunc", "spin", "poll")
+MECHANISMS = ("event", "hostfunc", "spin", "poll", "syncfd")
 _DONE_TOKEN_BASE = 1 << 63  # tokens of waits complete on arrival (native tokens stay below)
 _CLOSED_MESSAGE = "the Notifier was closed while this wait was pending (the GPU work is not cancelled)"
 
@@ -154,7 +154,8 @@ class Notifier:
     """A pollable fd plus a queue of finished waits (see the module docstring).
 
     ``mechanism`` is how the GPU's progress is learnt: "event" (default, or
-    $CUDAFD_MECHANISM), "hostfunc", "spin" or "poll". Where libcudafd.so cannot
+    $CUDAFD_MECHANISM), "hostfunc", "spin", "poll" or "syncfd" (Jetson,
+    experimental: docs/jetson.md). Where libcudafd.so cannot
     load, "poll" is used instead, with a RuntimeWarning saying why. Raises
     ValueError for an unknown mechanism and CudafdError when the mechanism
     cannot be used here (see ``python -m cudafd doctor``).
