@@ -13,6 +13,7 @@ import json
 import sys
 
 import cudafd
+from cudafd._core import syncfd as _syncfd
 from support import Device, run
 
 STREAMS = 4
@@ -47,7 +48,7 @@ def scenario(flavor: str) -> dict:
             "completed": len(order),
             "in_order": all(ks == sorted(ks) for ks in per_stream.values()),
             "fence_fd_is_sync_file": own_fd,
-            "probe": cudafd._syncfd.probe().summary,
+            "probe": _syncfd.probe().summary,
         }
     finally:
         dev.close()

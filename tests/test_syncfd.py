@@ -17,7 +17,7 @@ import pytest
 from support import REAL, SYNCFD
 
 import cudafd
-from cudafd import _lib, _syncfd
+from cudafd._core import lib as _lib, syncfd as _syncfd
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(HERE), "src")
@@ -39,7 +39,7 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess:
 
 PROBE_AND_CREATE = """
 import json, cudafd
-from cudafd import _syncfd
+from cudafd._core import syncfd as _syncfd
 p = _syncfd.probe()
 try:
     cudafd.Notifier("syncfd").close()

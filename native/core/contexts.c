@@ -169,19 +169,11 @@ void cfd_quiesce_locked(void)
 
 void cfd_ctx_release(cfd_ctx *cx) { cx->nwaits--; }
 
-CFD_API int cudafd_release_idle(void)
+/* Every idle side stream of every context goes (g.mu held, no notifier open). */
+void cfd_retire_side_streams_locked(void)
 {
-    pthread_mutex_lock(&g.mu);
-    int64_t before = g.stat[ST_STREAMS];
-    if (g.nopen == 0 && !g.probing) {
-        for (cfd_ctx *cx = g.contexts; cx; cx = cx->next)
-            retire_streams(&cx->side);
-        cfd_syncfd_release_idle_locked();
-        cfd_quiesce_locked();
-    }
-    int released = (int)(before - g.stat[ST_STREAMS]);
-    pthread_mutex_unlock(&g.mu);
-    return released;
+    for (cfd_ctx *cx = g.contexts; cx; cx = cx->next)
+        retire_streams(&cx->side);
 }
 
 /* The first use of a kept pool: if its context is gone (destroyed while no

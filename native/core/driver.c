@@ -232,16 +232,25 @@ CFD_API int cudafd_driver_version(int *version)
     return r == CUDA_SUCCESS ? CUDAFD_OK : cfd_fail_cuda(r, "cuDriverGetVersion");
 }
 
-CFD_API int cudafd_mechanism_available(int mechanism)
+int cfd_enter_ctx(CUcontext ctx, bool *pushed)
 {
-    if (mechanism < CUDAFD_MECH_EVENT || mechanism > CUDAFD_MECH_SYNCFD)
-        return cfd_fail(CUDAFD_E_INVALID, "unknown mechanism %d", mechanism);
-    int rc = cudafd_driver_load();
-    if (rc != CUDAFD_OK)
-        return rc;
-    if (mechanism == CUDAFD_MECH_SYNCFD)
-        return cfd_syncfd_available(); /* the probe, run once (syncfd.c) */
-    if (mechanism == CUDAFD_MECH_HOSTFUNC && !cu.cuLaunchHostFunc)
-        return cfd_fail(CUDAFD_E_UNSUPPORTED, "the driver %s has no cuLaunchHostFunc", loaded_path);
+    CUcontext cur = NULL;
+    *pushed = false;
+    CUresult r = cu.cuCtxGetCurrent(&cur);
+    if (r != CUDA_SUCCESS)
+        return cfd_fail_cuda(r, "cuCtxGetCurrent");
+    if (cur == ctx)
+        return CUDAFD_OK;
+    r = cu.cuCtxPushCurrent(ctx);
+    if (r != CUDA_SUCCESS)
+        return cfd_fail_cuda(r, "cuCtxPushCurrent");
+    *pushed = true;
     return CUDAFD_OK;
+}
+
+void cfd_leave_ctx(bool pushed)
+{
+    CUcontext ignored;
+    if (pushed)
+        cu.cuCtxPopCurrent(&ignored);
 }

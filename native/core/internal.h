@@ -85,6 +85,7 @@ CUevent cfd_ctx_take_event(cfd_ctx *cx);          /* g.mu held; NULL if pool emp
 void cfd_ctx_give_event(cfd_ctx *cx, CUevent ev); /* g.mu held; the event is idle */
 void cfd_ctx_release(cfd_ctx *cx);                /* g.mu held; drops one nwaits */
 void cfd_quiesce_locked(void);                    /* g.mu held: retire idle pools if nothing is open (side streams stay) */
+void cfd_retire_side_streams_locked(void);        /* g.mu held: every idle side stream goes */
 void cfd_probe_begin(void);                       /* g.mu held: keep events and records alive while unlocked */
 void cfd_probe_end(void);                         /* g.mu held: ends a probe, retires what it kept alive */
 int cfd_event_create(CUevent *ev, bool blocking); /* counted; caller's context current */

@@ -172,3 +172,31 @@ CFD_API void cudafd_notifier_destroy(cudafd_notifier *n)
     cfd_count(ST_EVENTFDS, -1);
     cfd_count(ST_NOTIFIERS, -1);
 }
+
+CFD_API int cudafd_release_idle(void)
+{
+    pthread_mutex_lock(&g.mu);
+    int64_t before = g.stat[ST_STREAMS];
+    if (g.nopen == 0 && !g.probing) {
+        cfd_retire_side_streams_locked();
+        cfd_syncfd_release_idle_locked();
+        cfd_quiesce_locked();
+    }
+    int released = (int)(before - g.stat[ST_STREAMS]);
+    pthread_mutex_unlock(&g.mu);
+    return released;
+}
+
+CFD_API int cudafd_mechanism_available(int mechanism)
+{
+    if (mechanism < CUDAFD_MECH_EVENT || mechanism > CUDAFD_MECH_SYNCFD)
+        return cfd_fail(CUDAFD_E_INVALID, "unknown mechanism %d", mechanism);
+    int rc = cudafd_driver_load();
+    if (rc != CUDAFD_OK)
+        return rc;
+    if (mechanism == CUDAFD_MECH_SYNCFD)
+        return cfd_syncfd_available(); /* the probe, run once (syncfd.c) */
+    if (mechanism == CUDAFD_MECH_HOSTFUNC && !cu.cuLaunchHostFunc)
+        return cfd_fail(CUDAFD_E_UNSUPPORTED, "the driver %s has no cuLaunchHostFunc", cudafd_driver_path());
+    return CUDAFD_OK;
+}

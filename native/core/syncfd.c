@@ -669,17 +669,19 @@ void cfd_syncfd_signal_end(cfd_syncpt *sp)
 
 /* ---- the pollfd and the checks ---- */
 
-void cfd_syncfd_arm_locked(const cfd_syncpt *sp)
+bool cfd_syncfd_arm_locked(const cfd_syncpt *sp)
 {
+    bool made = false;
     if (sf.pollfd < 0) {
         int fd = -1;
         if (create_pollfd(&fd) != 0)
-            return; /* the backstop completes the wait */
+            return false; /* the backstop completes the wait */
         sf.pollfd = fd;
         cfd_count(ST_EVENTFDS, 1);
-        cfd_wake_poller(); /* it sleeps on the pollfd from its next round */
+        made = true;
     }
     trigger(sf.pollfd, sp->id, sp->thr); /* a failure leaves the wait to the backstop */
+    return made;
 }
 
 int cfd_syncfd_pollfd_locked(void) { return sf.pollfd; }

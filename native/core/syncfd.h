@@ -28,7 +28,7 @@ int cfd_syncfd_available(void);
 int cfd_syncfd_signal(CUcontext ctx, CUstream stream, uint64_t thread, cfd_syncpt *sp);
 void cfd_syncfd_signal_end(cfd_syncpt *sp);
 /* g.mu held: arm the process's pollfd (made at the first call) for the point. */
-void cfd_syncfd_arm_locked(const cfd_syncpt *sp);
+bool cfd_syncfd_arm_locked(const cfd_syncpt *sp); /* true: the pollfd is new (wake the poller) */
 /* g.mu held: the pollfd the poller sleeps on too (-1: none yet), and its
  * closing by the poller as it exits. */
 int cfd_syncfd_pollfd_locked(void);

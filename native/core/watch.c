@@ -25,28 +25,6 @@ static int check_notifier(cudafd_notifier *n)
 }
 
 /* Make ctx current on this thread if it is not; *pushed tells whether to pop. */
-int cfd_enter_ctx(CUcontext ctx, bool *pushed)
-{
-    CUcontext cur = NULL;
-    *pushed = false;
-    CUresult r = cu.cuCtxGetCurrent(&cur);
-    if (r != CUDA_SUCCESS)
-        return cfd_fail_cuda(r, "cuCtxGetCurrent");
-    if (cur == ctx)
-        return CUDAFD_OK;
-    r = cu.cuCtxPushCurrent(ctx);
-    if (r != CUDA_SUCCESS)
-        return cfd_fail_cuda(r, "cuCtxPushCurrent");
-    *pushed = true;
-    return CUDAFD_OK;
-}
-
-void cfd_leave_ctx(bool pushed)
-{
-    CUcontext ignored;
-    if (pushed)
-        cu.cuCtxPopCurrent(&ignored);
-}
 
 static uint64_t this_thread(void) { return (uint64_t)syscall(SYS_gettid); }
 
@@ -93,8 +71,10 @@ static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t t
     if (rc != CUDAFD_OK && l && !l->head && !l->active)
         cfd_lane_free(l);
     if (rc == CUDAFD_OK) {
-        if (w->sp.rec)
-            cfd_syncfd_arm_locked(&w->sp); /* after the wait is in its lane: a wake finds it */
+        /* after the wait is in its lane: a wake finds it; a new pollfd: the
+         * poller sleeps on it from its next round */
+        if (w->sp.rec && cfd_syncfd_arm_locked(&w->sp))
+            cfd_wake_poller();
         *token = w->token;
         cfd_ctx_release(cx); /* the wait holds the record now: drop the caller's hold */
     }

@@ -86,7 +86,7 @@ def _syncfd_section(native: bool) -> None:
     if not native:
         _line("syncfd", "unavailable: the native core did not load")
         return
-    from .. import _syncfd
+    from .._core import syncfd as _syncfd
 
     p = _syncfd.probe()
     _line("syncfd", p.summary)

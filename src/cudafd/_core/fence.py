@@ -95,7 +95,7 @@ class Fence:
         notifier = Notifier(mechanism)
         try:
             if notifier.mechanism == "syncfd":
-                from . import _syncfd
+                from . import syncfd as _syncfd
 
                 self._token, self._sync_fd = _syncfd.watch_fence(notifier, target)
             else:
@@ -154,7 +154,7 @@ class Fence:
         else:
             self._keep_readable(notifier)
         if self._sync_fd is not None and self._outcome is not None:
-            from . import _syncfd
+            from . import syncfd as _syncfd
 
             _syncfd.make_readable(self)  # the sync_file may never signal after a fault
         return True
@@ -232,7 +232,7 @@ class Fence:
         if self._outcome is _PENDING:
             self.done()  # takes the ClosedError batch, which releases the fd unless awaited
         if self._sync_fd is not None:
-            from . import _syncfd
+            from . import syncfd as _syncfd
 
             _syncfd.close_fd(self)
 
@@ -258,7 +258,7 @@ class Fence:
         if notifier is not None:
             notifier.close()
         if getattr(self, "_sync_fd", None) is not None:
-            from . import _syncfd
+            from . import syncfd as _syncfd
 
             _syncfd.close_fd(self)
 

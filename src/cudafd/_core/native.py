@@ -90,7 +90,7 @@ class NativeBackend:
 
     def watch_fence(self, handle: int, is_event: bool, ctx: int | None) -> tuple[int, int]:
         """The syncfd mechanism's watch that also makes a sync_file: (token, fd)."""
-        from ._syncfd import native_watch_fence
+        from .syncfd import native_watch_fence
 
         return native_watch_fence(self._lib, self._ptr, self._token_ref, handle, is_event, ctx)
 

@@ -18,9 +18,9 @@ import threading
 from ctypes import byref, c_int
 from typing import Any, NamedTuple
 
-from . import _lib
-from ._errors import ClosedError
-from ._targets import resolve
+from . import lib as _lib
+from .errors import ClosedError
+from .targets import resolve
 
 __all__ = ["Step", "Probe", "probe"]
 
@@ -77,7 +77,7 @@ def native_watch_fence(
         rc = lib.cudafd_watch_stream_fence(ptr, handle, token_ref, byref(fd))
         where = "watching the stream"
     elif ctx:
-        from . import _driver
+        from . import driver as _driver
 
         with _driver.get().current(ctx):
             rc = lib.cudafd_watch_event_fence(ptr, handle, token_ref, byref(fd))
