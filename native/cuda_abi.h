@@ -131,10 +131,13 @@ typedef struct CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st {
 } CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS;
 
 /* Optional entry points: absent from drivers without NvSciSync (x86), which
- * only makes the syncfd mechanism unavailable (its probe names the step). */
+ * only makes the syncfd mechanism unavailable (its probe names the step);
+ * without the primary context's three, side streams in a primary context
+ * hold no reference to it (contexts.c). */
 #define CUDAFD_DRIVER_OPTIONAL_ENTRY_POINTS(X)                                                 \
     X(cuDevicePrimaryCtxRetain, (CUcontext * ctx, CUdevice dev))                               \
     X(cuDevicePrimaryCtxRelease, (CUdevice dev))                                               \
+    X(cuDevicePrimaryCtxGetState, (CUdevice dev, unsigned int *flags, int *active))            \
     X(cuDeviceGetNvSciSyncAttributes, (void *nvSciSyncAttrList, CUdevice dev, int flags))      \
     X(cuImportExternalSemaphore, (CUexternalSemaphore * sem,                                   \
                                   const CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC *desc))            \

@@ -309,3 +309,14 @@ def committed_lateness_run() -> str:
             found.append(path)
     assert found, "no committed lateness run under bench/results/"
     return sorted(found)[-1]
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment for a Python subprocess of a test: it imports the cudafd
+    under test (the installed package in CI, the source tree in development)
+    and this folder's modules."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(cudafd.__file__)))
+    env = dict(os.environ, **extra)
+    env["PYTHONPATH"] = os.pathsep.join([here, package_root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env

@@ -13,15 +13,13 @@ import sys
 import pytest
 
 import cudafd
-from support import REAL
+from support import REAL, child_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _scenario(mechanism: str, when: str) -> dict:
-    env = dict(os.environ)
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(cudafd.__file__)))  # the cudafd under test
-    env["PYTHONPATH"] = os.pathsep.join([HERE, package_root, env.get("PYTHONPATH", "")])
+    env = child_env()
     try:
         r = subprocess.run([sys.executable, os.path.join(HERE, "fork_scenario.py"), mechanism, when],
                            capture_output=True, text=True, timeout=150, env=env, check=False)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from support import child_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APP = os.path.join(ROOT, "examples", "ray_serve", "serve_app.py")
@@ -18,9 +19,7 @@ LIVE = {"pending", "notifiers", "events", "eventfds", "notifications", "threads"
 
 
 def _run(*args: str, timeout: float) -> dict:
-    env = dict(os.environ, CUDAFD_SIMULATOR="1")
-    src = os.path.join(ROOT, "src")
-    env["PYTHONPATH"] = os.pathsep.join([src] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env = child_env(CUDAFD_SIMULATOR="1")
     r = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, env=env)
     assert r.returncode in (0, 1), r.stderr[-3000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])

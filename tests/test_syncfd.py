@@ -14,13 +14,12 @@ import subprocess
 import sys
 
 import pytest
-from support import REAL, SYNCFD
+from support import REAL, SYNCFD, child_env
 
 import cudafd
 from cudafd._core import lib as _lib, syncfd as _syncfd
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.join(os.path.dirname(HERE), "src")
 STEPS = ["library", "driver", "device", "module", "attributes", "reconcile", "syncpoint", "import",
          "signal", "extract", "fence", "pollfd", "trigger", "poll"]
 
@@ -28,7 +27,7 @@ pytestmark = pytest.mark.skipif(REAL, reason="runs against the simulator's NvSci
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:
-    full = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, HERE]), CUDAFD_SIMULATOR="1")
+    full = child_env(CUDAFD_SIMULATOR="1")
     for k, v in env.items():
         if v is None:
             full.pop(k, None)
@@ -96,7 +95,7 @@ def test_every_probe_failure_is_reported_with_its_step(step):
 
 def test_doctor_prints_each_step():
     r = subprocess.run([sys.executable, "-m", "cudafd", "doctor", "--sim"], capture_output=True, text=True,
-                       timeout=120, env=dict(os.environ, PYTHONPATH=SRC))
+                       timeout=120, env=child_env())
     assert "syncfd" in r.stdout
     for step in STEPS:
         assert f"syncfd {step}" in r.stdout, r.stdout
@@ -108,8 +107,7 @@ def test_the_pollfd_alone_completes_waits_in_order_across_the_wrap(flavor):
         pytest.importorskip(flavor)
     r = subprocess.run([sys.executable, os.path.join(HERE, "syncfd_scenario.py"), flavor], capture_output=True,
                        text=True, timeout=150,
-                       env=dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, HERE]),
-                                CUDAFD_SYNCFD_BACKSTOP_MS="600000", CUDAFD_SIM_SYNCPOINT_START="0xfffffff0"))
+                       env=child_env(CUDAFD_SYNCFD_BACKSTOP_MS="600000", CUDAFD_SIM_SYNCPOINT_START="0xfffffff0"))
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.splitlines()[-1])
     assert out["probe"].startswith("available")

@@ -23,9 +23,18 @@
  * pools are, made every 4th one-shot hostfunc fence cross a 128-stream
  * boundary, which held its caller until the GPU was idle (4.0 s seen). The
  * other choice, a fence that makes only the one side stream it needs, still
- * creates a stream per fence, and so stalls every 128th. A kept pool whose
- * context was destroyed holds dead handles: its next use asks the driver
- * about one (cuStreamQuery), and drops them all if it does not know it.
+ * creates a stream per fence, and so stalls every 128th.
+ *
+ * A stream of a destroyed context is a dead handle, and a real driver may
+ * crash on one. So a pool in a device's primary context (what PyTorch, CuPy
+ * and numba use) holds a reference to that context while it has streams
+ * (cuDevicePrimaryCtxRetain, released when its last stream is destroyed): a
+ * caller that releases the primary context meanwhile does not destroy it
+ * under them. A context the caller created and destroys itself cannot be
+ * kept alive so: cudafd_release_idle first (cudafd.h says so). A kept pool's
+ * next use still asks the driver about one of its streams (cuStreamQuery)
+ * and drops them all if it does not know it, which is what the simulator
+ * answers for a dead handle.
  *
  * Pool events are created with CU_EVENT_DISABLE_TIMING only: no timing keeps
  * a record as cheap as the driver allows, and they are not blocking-sync,
@@ -107,6 +116,14 @@ void cfd_event_destroy(CUevent ev)
  * the fill) and then quiesces again, since each of those paths ends in
  * cfd_quiesce_locked once no notifier is open (ctx_unhold, cfd_wait_complete,
  * the watchdog's bury_parked_events). */
+static bool has_streams(const cfd_side_pool *p)
+{
+    for (int i = 0; i < CFD_SIDE_MAX; i++)
+        if (p->stream[i])
+            return true;
+    return p->filling;
+}
+
 static void retire_streams(cfd_side_pool *p)
 {
     if (p->filling)
@@ -119,14 +136,39 @@ static void retire_streams(cfd_side_pool *p)
             cfd_count(ST_STREAMS, -1);
         }
     }
+    if (p->primary == 2 && !has_streams(p)) { /* the last one went: so does the reference */
+        cu.cuDevicePrimaryCtxRelease(p->pdev);
+        p->primary = 0;
+    }
 }
 
-static bool has_streams(const cfd_side_pool *p)
+/* Before a pool makes its first stream (the context current, g.mu held and
+ * released meanwhile): if the context is its device's primary one, hold a
+ * reference to it for as long as the pool has streams (file comment). */
+static void hold_primary_locked(cfd_side_pool *p)
 {
-    for (int i = 0; i < CFD_SIDE_MAX; i++)
-        if (p->stream[i])
-            return true;
-    return p->filling;
+    if (p->primary != 0 || !cu.cuDevicePrimaryCtxGetState || !cu.cuDevicePrimaryCtxRetain ||
+        !cu.cuDevicePrimaryCtxRelease)
+        return;
+    p->primary = 1;
+    pthread_mutex_unlock(&g.mu);
+    int8_t found = 3;
+    CUdevice dev = 0;
+    CUcontext cur = NULL, primary = NULL;
+    unsigned int flags = 0;
+    int active = 0;
+    /* only an active primary context is retained: retaining an inactive one would create it */
+    if (cu.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur && cu.cuCtxGetDevice(&dev) == CUDA_SUCCESS &&
+        cu.cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && active &&
+        cu.cuDevicePrimaryCtxRetain(&primary, dev) == CUDA_SUCCESS) {
+        if (primary == cur)
+            found = 2;
+        else
+            cu.cuDevicePrimaryCtxRelease(dev);
+    }
+    pthread_mutex_lock(&g.mu);
+    p->pdev = dev;
+    p->primary = found;
 }
 
 /* Idle events go; side streams are kept for the next notifier. */
@@ -276,6 +318,7 @@ void cfd_side_fill_locked(cfd_side_pool *p, int count)
     CUstream made[CFD_SIDE_MAX];
     int want = 0, n = 0;
     p->filled = p->filling = true;
+    hold_primary_locked(p);
     for (int i = 0; i < count && i < CFD_SIDE_MAX; i++)
         want += !p->stream[i];
     pthread_mutex_unlock(&g.mu);
@@ -305,6 +348,8 @@ int cfd_side_stream(cfd_side_pool *p, uintptr_t key, bool fill, CUstream *out, i
         cfd_side_fill_locked(p, CFD_SIDE_MAX);
     int i = hold_side(p, key);
     CUstream s = i >= 0 ? p->stream[i] : NULL;
+    if (i >= 0 && !s)
+        hold_primary_locked(p); /* before the pool's first stream is made */
     pthread_mutex_unlock(&g.mu);
     if (i < 0)
         return cfd_fail(CUDAFD_E_NOMEM, "out of memory for a side stream record");

@@ -69,6 +69,8 @@ typedef struct cfd_side_pool {
     bool filled;  /* made (or tried) all at once: cfd_side_fill_locked */
     bool filling; /* a thread makes them now; others wait (g.fill_cv) */
     bool kept;    /* kept past the last notifier's close: checked once at the next use (contexts.c) */
+    int8_t primary;    /* 0 not known yet, 1 being found out, 2 a reference held on pdev's primary context, 3 none */
+    CUdevice pdev;
 } cfd_side_pool;
 typedef struct cfd_ctx {
     CUcontext ctx;

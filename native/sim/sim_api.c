@@ -272,6 +272,7 @@ SIM_API int cudafdsim_stats(int64_t *out, int n)
     X(cuDeviceGetAttribute, ())                                                        \
     X(cuDevicePrimaryCtxRetain, ())                                                    \
     X(cuDevicePrimaryCtxRelease, ())                                                   \
+    X(cuDevicePrimaryCtxGetState, ())                                                  \
     X(cuCtxCreate, ())                                                                 \
     X(cuCtxDestroy, ())                                                                \
     X(cuCtxSynchronize, ())                                                            \

@@ -226,6 +226,21 @@ SIM_API CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
     return rc;
 }
 
+SIM_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+    SIM_CHECK_INIT();
+    if (!flags || !active)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = check_device(dev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&sim.lock);
+    *flags = 0;
+    *active = sim.dev[dev].primary != NULL;
+    pthread_mutex_unlock(&sim.lock);
+    return CUDA_SUCCESS;
+}
+
 /* ---- contexts ---- */
 
 SIM_API CUresult cudafdsim_ctx_create(CUdevice dev, CUcontext *ctx)

@@ -69,6 +69,7 @@ SIM_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
 SIM_API CUresult cuDeviceGetName(char *name, int len, CUdevice dev);
 SIM_API CUresult cuDeviceGetAttribute(int *value, int attrib, CUdevice dev);
 SIM_API CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev);
+SIM_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active);
 SIM_API CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
 SIM_API CUresult cuCtxCreate(CUcontext *ctx, unsigned int flags, CUdevice dev);
 SIM_API CUresult cuCtxDestroy(CUcontext ctx);

@@ -59,6 +59,7 @@ SIGNATURES: dict[str, list[object]] = {
     "cuDeviceGetName": [c_char_p, c_int, c_int],
     "cuDevicePrimaryCtxRetain": [POINTER(_P), c_int],
     "cuDevicePrimaryCtxRelease": [c_int],
+    "cuDevicePrimaryCtxGetState": [c_int, POINTER(c_uint), POINTER(c_int)],
     "cuCtxGetCurrent": [POINTER(_P)],
     "cuCtxSetCurrent": [_P],
     "cuCtxPushCurrent": [_P],
