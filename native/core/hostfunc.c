@@ -45,13 +45,17 @@
 
 static void *watchdog_main(void *arg);
 
+/* The list of hostfunc waits in flight, oldest first: the watchdog looks at
+ * them in watch order, so the waits of one stream complete in that order. */
 static void hf_link(cfd_wait *w)
 {
-    w->hprev = NULL;
-    w->next = g.hf_pending;
-    if (g.hf_pending)
-        g.hf_pending->hprev = w;
-    g.hf_pending = w;
+    w->next = NULL;
+    w->hprev = g.hf_pending_tail;
+    if (g.hf_pending_tail)
+        g.hf_pending_tail->next = w;
+    else
+        g.hf_pending = w;
+    g.hf_pending_tail = w;
 }
 
 static void hf_unlink(cfd_wait *w)
@@ -62,6 +66,8 @@ static void hf_unlink(cfd_wait *w)
         g.hf_pending = w->next;
     if (w->next)
         w->next->hprev = w->hprev;
+    else
+        g.hf_pending_tail = w->hprev;
     w->next = w->hprev = NULL;
 }
 
@@ -288,8 +294,10 @@ static void *watchdog_main(void *arg)
         uint64_t token;
         CUevent ev;
         CUcontext ctx;
+        uintptr_t key; /* the caller's stream (or event) */
         CUresult r;
     } batch[WATCHDOG_BATCH];
+    static uintptr_t held[WATCHDOG_BATCH]; /* keys with an earlier wait of this round still pending */
     CUcontext current = NULL;
     int64_t next_check = 0; /* fault queries once a period, however often it is woken */
     pthread_mutex_lock(&g.mu);
@@ -314,8 +322,10 @@ static void *watchdog_main(void *arg)
         int64_t old = periodic ? now - g.watchdog_ns : INT64_MIN;
         int k = 0;
         for (cfd_wait *w = g.hf_pending; w && k < WATCHDOG_BATCH; w = w->next)
-            if (w->fired || w->t0 <= old)
-                batch[k++].token = w->token, batch[k - 1].ev = w->ev, batch[k - 1].ctx = w->cx->ctx;
+            if (w->fired || w->t0 <= old) {
+                batch[k].token = w->token, batch[k].ev = w->ev, batch[k].ctx = w->cx->ctx;
+                batch[k++].key = w->side_key;
+            }
         if (k == 0)
             continue;
         cfd_probe_begin();
@@ -328,19 +338,27 @@ static void *watchdog_main(void *arg)
         pthread_mutex_lock(&g.mu);
         cfd_probe_end();
         bool unconfirmed = false; /* a host function ran before its event read as done */
-        for (int i = 0; i < k; i++) {
+        int nheld = 0;
+        for (int i = 0; i < k; i++) { /* oldest first (hf_link) */
             cfd_wait *w = cfd_wait_lookup(batch[i].token);
             if (!w)
                 continue;
-            if (batch[i].r == CUDA_ERROR_NOT_READY) {
-                unconfirmed |= w->fired;
-                continue;
-            }
-            /* success only once its host function ran: before that, the
-             * side stream may still hold the launch's resources */
-            if (batch[i].r != CUDA_SUCCESS || w->fired) {
+            /* success only once its host function ran (before that, the side
+             * stream may still hold the launch's resources), and not ahead
+             * of an earlier wait on the same stream that is still pending */
+            bool done = batch[i].r == CUDA_SUCCESS && w->fired;
+            if (done)
+                for (int j = 0; j < nheld && done; j++)
+                    done = held[j] != batch[i].key;
+            if (batch[i].r != CUDA_SUCCESS && batch[i].r != CUDA_ERROR_NOT_READY) {
                 hf_leave(w);
-                cfd_wait_complete(w, batch[i].r, false);
+                cfd_wait_complete(w, batch[i].r, false); /* a fault: no order to keep */
+            } else if (done) {
+                hf_leave(w);
+                cfd_wait_complete(w, CUDA_SUCCESS, false);
+            } else {
+                unconfirmed |= w->fired;
+                held[nheld++] = batch[i].key;
             }
         }
         if (unconfirmed) /* asked again in a moment, not in a busy loop */

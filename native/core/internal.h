@@ -219,7 +219,8 @@ struct cfd_global {
     pthread_cond_t fill_cv; /* a side-stream pool finished filling */
     bool watchdog_running;
     int probing; /* threads querying events they do not own: no event or record may be retired */
-    cfd_wait *hf_pending; /* doubly linked via next and hprev */
+    cfd_wait *hf_pending; /* doubly linked via next and hprev, oldest first */
+    cfd_wait *hf_pending_tail;
     int hf_fired;         /* waits in it whose host function ran, to be confirmed by the watchdog */
     cfd_wait *hf_defer_head, *hf_defer_tail; /* waits whose host function the watchdog is to launch, in order */
     CUevent *graveyard;   /* events to destroy outside the callback thread */
