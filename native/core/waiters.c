@@ -59,8 +59,10 @@
  * syncfd lanes (syncfd.c). The poller also sleeps on the host1x pollfd that
  * every syncfd point arms. When it wakes readable, every syncfd lane's head
  * is asked (cfd_syncfd_check: host1x, no driver call); a head that passed is
- * asked once about a fault (cuEventQuery of the event behind its signal)
- * and completes, and the next head is asked in the following round. The
+ * asked about its event (cuEventQuery of the event behind its signal: a
+ * fault, or the record still a moment behind the signal, when the driver is
+ * asked again soon) and completes, and the next head is asked in the
+ * following round. The
  * driver is asked about a syncfd head only on the backstop's interval
  * (max(budget, CUDAFD_SYNCFD_BACKSTOP_MS)), which completes it if the
  * syncpoint never moved (a fault, or host1x missing a wake).
@@ -194,7 +196,9 @@ static void plan(cfd_lane *l, int64_t now)
         l->step = 0;
         return;
     }
-    if (l->mech == CUDAFD_MECH_SYNCFD) { /* the backstop: host1x wakes the poller otherwise */
+    if (l->mech == CUDAFD_MECH_SYNCFD && !(l->head->sp.rec && cfd_syncfd_known_passed_locked(l->head->sp.rec, l->head->sp.thr))) {
+        /* the backstop: host1x wakes the poller otherwise (once its syncpoint
+         * passed, a head waits only for its event: the usual schedule) */
         int64_t backstop = cfd_syncfd_backstop_ns();
         l->step = backstop > lane_budget(l) ? backstop : lane_budget(l);
         l->next_poll = now + l->step;
@@ -304,11 +308,8 @@ static void *poller_main(void *arg)
                 current = snap[i].ctx;
             snap[i].r = cu.cuEventQuery(snap[i].ev);
             queries++;
-            if (snap[i].sync) { /* passed: done, unless the driver reports a fault */
+            if (snap[i].sync) /* passed: done once its event, behind the signal, reads done too */
                 snap[i].passed = true;
-                if (snap[i].r == CUDA_ERROR_NOT_READY)
-                    snap[i].r = CUDA_SUCCESS; /* its event, behind the signal, is a moment late */
-            }
         }
         cfd_count(ST_QUERIES, queries);
         pthread_mutex_lock(&g.mu);
@@ -319,6 +320,13 @@ static void *poller_main(void *arg)
                 if (!snap[i].passed)
                     continue; /* the pollfd wakes it, or the backstop's query finds it */
                 cfd_syncfd_note_passed_locked(l->head->sp.rec, snap[i].thr);
+                if (snap[i].r == CUDA_ERROR_NOT_READY) {
+                    /* the event recorded behind the signal is a moment late: the
+                     * stream is not idle yet, so neither is the wait. Asked again
+                     * on the usual schedule, through the driver (plan). */
+                    plan(l, now);
+                    continue;
+                }
                 cfd_lane_pop(l, snap[i].r);
                 if (!l->head)
                     retire_lane(l);
