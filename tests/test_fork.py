@@ -42,3 +42,37 @@ def test_child_forked_before_use_works(mechanism):
     out = _scenario(mechanism, "before")
     assert out["children"] == ["exit 0"] * len(out["children"]), out
     assert out["parent_ok"], out
+
+
+@pytest.mark.skipif(REAL, reason="the simulator's own rule")
+def test_the_simulator_refuses_in_a_forked_child():
+    """Like CUDA, the simulator cannot be used in a child forked after it was
+    initialised (its stream threads are the parent's): every call there fails
+    with CUDA_ERROR_NOT_INITIALIZED at once, and never waits on a lock a
+    parent's thread held."""
+    import ctypes
+    import warnings
+
+    from cudafd._core import driver as _driver
+
+    drv = _driver.get()
+    drv.init()
+    r, w = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads: what is tested
+        pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            s = ctypes.c_void_p()
+            got = [drv.cuInit(0), drv.cuStreamCreate(ctypes.byref(s), 1), drv.cuCtxSynchronize()]
+            os.write(w, repr(got).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    _, status = os.waitpid(pid, 0)
+    out = os.read(r, 1000).decode()
+    os.close(r)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert out == repr([3, 3, 3]), out

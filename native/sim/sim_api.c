@@ -32,6 +32,17 @@
 
 struct sim_global sim = {.lock = PTHREAD_MUTEX_INITIALIZER};
 atomic_int sim_initialized;
+atomic_bool sim_forked;
+
+/* A child forked after the simulator was initialised: like CUDA's, it cannot
+ * be used there (its threads that run streams and host functions are the
+ * parent's; its lock may have been held by one of them). Every call fails with
+ * CUDA_ERROR_NOT_INITIALIZED without touching its state. */
+static void in_forked_child(void)
+{
+    atomic_store(&sim_forked, true);
+    atomic_store(&sim_initialized, 0);
+}
 
 uint64_t sim_now_ns(void)
 {
@@ -47,6 +58,7 @@ static CUresult init_result;
 
 static void init_globals(void)
 {
+    pthread_atfork(NULL, NULL, in_forked_child);
     sim_cond_init_monotonic(&sim.sched_cv);
     pthread_cond_init(&sim.cb_cv, NULL);
     pthread_cond_init(&sim.notify_cv, NULL);
@@ -69,6 +81,8 @@ static void init_globals(void)
 
 CUresult sim_init(void)
 {
+    if (atomic_load(&sim_forked))
+        return CUDA_ERROR_NOT_INITIALIZED;
     pthread_once(&init_once, init_globals);
     return init_result;
 }
@@ -248,7 +262,7 @@ SIM_API CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned in
 
 SIM_API int cudafdsim_stats(int64_t *out, int n)
 {
-    if (!out || n <= 0)
+    if (!out || n <= 0 || atomic_load(&sim_forked))
         return 0;
     if (n > CUDAFDSIM_STAT_COUNT)
         n = CUDAFDSIM_STAT_COUNT;

@@ -287,6 +287,7 @@ SIM_API CUresult cuCtxDestroy(CUcontext ctx)
 
 SIM_API CUresult cudafdsim_ctx_fault(CUcontext ctx, CUresult *fault)
 {
+    SIM_CHECK_INIT();
     if (!fault)
         return CUDA_ERROR_INVALID_VALUE;
     struct sim_ctx *c;

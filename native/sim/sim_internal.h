@@ -199,6 +199,7 @@ struct sim_global {
 
 extern struct sim_global sim;
 extern atomic_int sim_initialized;
+extern atomic_bool sim_forked; /* this process is a fork() child of one that used the simulator */
 
 #define SIM_CHECK_INIT()                                                           \
     do {                                                                           \
