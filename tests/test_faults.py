@@ -11,7 +11,7 @@ import pytest
 
 import cudafd
 from fault_scenario import scenario
-from support import REAL, run
+from support import REAL, child_env, run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -21,7 +21,7 @@ def faulted(flavor, mechanism):
         return scenario(flavor, mechanism)
     out = subprocess.run(
         [sys.executable, os.path.join(HERE, "fault_scenario.py"), flavor, mechanism],
-        capture_output=True, text=True, timeout=60, cwd=HERE,
+        capture_output=True, text=True, timeout=60, cwd=HERE, env=child_env(),
     )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -66,7 +66,7 @@ def test_fault_reaches_blocked_waiters_promptly(flavor, mechanism):
     """As on an H200, a cuEventSynchronize blocked when the context faults
     returns only much later (CUDAFD_SIM_LATE_FAULT_MS): the core's health
     check of blocked lanes must still report the fault at once."""
-    env = dict(os.environ, CUDAFD_SIM_LATE_FAULT_MS="5000", CUDAFD_SIMULATOR="1")
+    env = child_env(CUDAFD_SIM_LATE_FAULT_MS="5000", CUDAFD_SIMULATOR="1")
     code = (
         "import json, cudafd; cudafd.use_simulator()\n"
         "from fault_scenario import scenario\n"
