@@ -276,6 +276,7 @@ static CUresult destroy_user_ctx(CUcontext h)
 
 SIM_API CUresult cudafdsim_ctx_destroy(CUcontext ctx)
 {
+    SIM_CHECK_INIT(); /* also in a fork() child (sim_api.c) */
     return destroy_user_ctx(ctx);
 }
 
