@@ -221,8 +221,9 @@ def first_watch(n: cudafd.Notifier, target: Any) -> None:
     raise AssertionError("a wait of work already over never completed")
 
 
-def run(flavor: str, mechanism: str, body: Callable[[Api], Awaitable[Any]]) -> Any:
-    """Run `body(api)` under one flavor: asyncio, uvloop, trio or blocking."""
+def run(flavor: str, mechanism: str, body: Callable[[Api], Awaitable[Any]], prepare: bool = True) -> Any:
+    """Run `body(api)` under one flavor: asyncio, uvloop, trio or blocking; on a GPU,
+    with the context's side streams made first unless ``prepare`` is false."""
     api = Api(flavor, mechanism)
     if flavor == "blocking":
         coro = body(api)
@@ -236,7 +237,7 @@ def run(flavor: str, mechanism: str, body: Callable[[Api], Awaitable[Any]]) -> A
     async def main() -> Any:
         api.notifier = cudafd.Notifier(mechanism)
         dev = Device.live
-        if REAL and dev is not None:
+        if REAL and prepare and dev is not None:
             # The side streams before the body's kernels, as the guide advises: each test's
             # leak check releases them, and on a GPU the first watch in a busy context can
             # otherwise wait for its work in a stream creation (tests/test_stream_creation.py)

@@ -74,7 +74,7 @@ def test_module_prepare_uses_the_running_loops_default_notifier(dev, loop_flavor
         with pytest.raises(TypeError):
             cudafd.prepare(object())
 
-    run(loop_flavor, "event", body)
+    run(loop_flavor, "event", body, prepare=False)
 
 
 def test_module_prepare_needs_a_running_loop(dev):

@@ -276,7 +276,8 @@ def render(doc: dict) -> str:
         if s.get(name):
             problems += _errors(name, {"": s[name]})
     if problems:
-        parts.append("Problems:\n" + "\n".join(problems))
+        wrapped = [textwrap.fill(p, WIDTH, subsequent_indent="    ", break_on_hyphens=False) for p in problems]
+        parts.append("Problems:\n" + "\n".join(wrapped))
     parts.append(_targets(doc.get("targets", []), bool(env.get("simulator"))))
     if doc.get("notes"):
         parts.append("Notes:\n" + "\n".join(f"  {n}" for n in doc["notes"]))
