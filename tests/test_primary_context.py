@@ -4,9 +4,11 @@ there does not destroy them under it (a dead handle can crash a real driver)."""
 from __future__ import annotations
 
 import ctypes
+import subprocess
+import sys
 
 import pytest
-from support import REAL, release_idle
+from support import REAL, child_env, release_idle
 
 import cudafd
 from cudafd._core import driver as _driver
@@ -14,20 +16,29 @@ from cudafd._core import driver as _driver
 ORDINAL = 1  # the simulator's second device: no other test uses its primary context
 
 
-def _active(drv) -> bool:
+def _active(drv, ordinal: int = ORDINAL) -> bool:
     flags, active = ctypes.c_uint(), ctypes.c_int()
-    _driver.check(drv.cuDevicePrimaryCtxGetState(ORDINAL, ctypes.byref(flags), ctypes.byref(active)))
+    _driver.check(drv.cuDevicePrimaryCtxGetState(ordinal, ctypes.byref(flags), ctypes.byref(active)))
     return bool(active.value)
 
 
-@pytest.mark.skipif(REAL, reason="releases the GPU's primary context, which the rest of the suite shares there")
 def test_side_streams_hold_their_primary_context():
+    if not REAL:
+        _side_streams_hold(ORDINAL)
+        return
+    # On a GPU the suite shares device 0's primary context: a fresh process, where nothing else holds it.
+    code = "import test_primary_context as t; t._side_streams_hold(0); print('held')"
+    r = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "held" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+def _side_streams_hold(ordinal: int) -> None:
     drv = _driver.get()
     drv.init()
     release_idle()
-    assert not _active(drv), "the device's primary context was in use already"
+    assert not _active(drv, ordinal), "the device's primary context was in use already"
     ctx, s = ctypes.c_void_p(), ctypes.c_void_p()
-    _driver.check(drv.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), ORDINAL))
+    _driver.check(drv.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), ordinal))
     with _driver.pushed(ctx.value):
         _driver.check(drv.cuStreamCreate(ctypes.byref(s), 1))
     with cudafd.fence(s.value, "hostfunc") as f:  # its first watch there makes the side streams
@@ -36,10 +47,10 @@ def test_side_streams_hold_their_primary_context():
     assert made >= 1
     with _driver.pushed(ctx.value):
         _driver.check(drv.cuStreamDestroy(s.value))
-    _driver.check(drv.cuDevicePrimaryCtxRelease(ORDINAL))  # the caller's only reference
-    assert _active(drv), "the primary context was destroyed while cudafd kept side streams in it"
+    _driver.check(drv.cuDevicePrimaryCtxRelease(ordinal))  # the caller's only reference
+    assert _active(drv, ordinal), "the primary context was destroyed while cudafd kept side streams in it"
     assert release_idle() == made
-    assert not _active(drv), "cudafd kept its reference after its side streams went"
+    assert not _active(drv, ordinal), "cudafd kept its reference after its side streams went"
     assert cudafd.stats()["contexts"] == 0
 
 
