@@ -33,7 +33,7 @@ if [[ $want == *bench* ]]; then
   summary+=("probes:" "$(cat "$OUT/probes.txt")")
 fi
 if [[ $want == *tests* ]]; then
-  (cd tests && CUDAFD_TEST_DRIVER=real timeout 400 python3 -m pytest -q -p no:cacheprovider --ignore=test_native.py --ignore=test_bench.py -rfEs) > "$OUT/pytest-real.log" 2>&1
+  (cd tests && CUDAFD_TEST_DRIVER=real timeout 400 python3 -m pytest -q -p no:cacheprovider -n 4 --timeout 90 --ignore=test_native.py --ignore=test_bench.py -rfEs) > "$OUT/pytest-real.log" 2>&1
   summary+=("pytest (real driver): $(tail -1 "$OUT/pytest-real.log")")
 fi
 if [[ $want == *examples* ]]; then  # everything lands in examples.txt (the device returns few files)
