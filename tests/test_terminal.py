@@ -77,6 +77,18 @@ def test_demo_shows_a_few_meaningful_lines_with_the_simulator_caveat():
     assert all(len(line) <= 110 for line in lines[1:]), [line for line in lines if len(line) > 110]
 
 
+def test_demo_piped_into_a_reader_that_stops_ends_quietly():
+    """``python -m cudafd demo | head -1``: no traceback, SIGPIPE's exit status."""
+    env = dict(os.environ, CUDAFD_PROGRESS="plain")
+    p = subprocess.Popen([sys.executable, "-m", "cudafd", "demo", "--sim", "--waits", "20000", "--streams", "8"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert p.stdout.readline()  # the first line, then the reader goes away
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
 def test_bench_targets_fit_100_columns_and_say_simulator():
     from cudafd._bench import report
 

@@ -18,8 +18,8 @@ from .._core import lib as _lib
 from ._device import Setup, choose
 
 
-def _line(label: str, text: str) -> None:
-    print(f"  {label:<14} {text}")
+def _line(label: str, text: str, width: int = 14) -> None:
+    print(f"  {label:<{width}} {text}")
 
 
 def _native_section() -> bool:
@@ -89,9 +89,9 @@ def _syncfd_section(native: bool) -> None:
     from .._core import syncfd as _syncfd
 
     p = _syncfd.probe()
-    _line("syncfd", p.summary)
+    _line("syncfd", p.summary, width=17)
     for step in p.steps:
-        _line(f"syncfd {step.name}", f"{step.result} ({step.what})")
+        _line(f"syncfd {step.name}", f"{step.result} ({step.what})", width=17)
 
 
 def _loops_section() -> None:
