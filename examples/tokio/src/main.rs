@@ -40,11 +40,19 @@ struct Options {
 }
 
 fn parse_args() -> Result<Option<Options>, String> {
-    let mut o = Options { mechanism: Mechanism::Event, tasks: 16, streams: 4, fault: false, sim: false };
+    let mut o = Options {
+        mechanism: Mechanism::Event,
+        tasks: 16,
+        streams: 4,
+        fault: false,
+        sim: false,
+    };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut number = |what: &str| -> Result<usize, String> {
-            args.next().and_then(|v| v.parse().ok()).ok_or(format!("{what} needs a number"))
+            args.next()
+                .and_then(|v| v.parse().ok())
+                .ok_or(format!("{what} needs a number"))
         };
         match arg.as_str() {
             "event" => o.mechanism = Mechanism::Event,
@@ -118,9 +126,16 @@ async fn run(opts: Options) -> Result<bool, Error> {
         opts.mechanism
     );
     let gpu = spin::Device::open(0)?;
-    let streams = Arc::new((0..opts.streams).map(|_| gpu.stream()).collect::<Result<Vec<_>, _>>()?);
+    let streams = Arc::new(
+        (0..opts.streams)
+            .map(|_| gpu.stream())
+            .collect::<Result<Vec<_>, _>>()?,
+    );
     let notifier = Notifier::new(opts.mechanism)?;
-    println!("{} tasks on {} streams share one notifier", opts.tasks, opts.streams);
+    println!(
+        "{} tasks on {} streams share one notifier",
+        opts.tasks, opts.streams
+    );
     let mut ok = true;
 
     // Ticks every millisecond for as long as the runtime's threads are free.
@@ -190,7 +205,10 @@ async fn run(opts: Options) -> Result<bool, Error> {
             ms(wall)
         );
     }
-    println!("heartbeat: {} ticks of the 1 ms interval meanwhile", beats.load(Ordering::Relaxed));
+    println!(
+        "heartbeat: {} ticks of the 1 ms interval meanwhile",
+        beats.load(Ordering::Relaxed)
+    );
 
     if opts.fault {
         // A fault is sticky for the whole context: the faulting point ends in
@@ -202,11 +220,13 @@ async fn run(opts: Options) -> Result<bool, Error> {
         let bystander = notifier.watch(streams[1].as_raw())?;
         streams[0].launch(Duration::from_millis(20), true)?;
         let faulting = notifier.watch(streams[0].as_raw())?;
-        let (f, b) = tokio::join!(
-            async { (finish(faulting).await, start.elapsed()) },
-            async { (finish(bystander).await, start.elapsed()) }
-        );
-        for (name, (r, took)) in [("stream 0 (faulting kernel)", &f), ("stream 1 (bystander)      ", &b)] {
+        let (f, b) = tokio::join!(async { (finish(faulting).await, start.elapsed()) }, async {
+            (finish(bystander).await, start.elapsed())
+        });
+        for (name, (r, took)) in [
+            ("stream 0 (faulting kernel)", &f),
+            ("stream 1 (bystander)      ", &b),
+        ] {
             let shown = r.as_ref().err().cloned().unwrap_or_else(|| "ok".into());
             println!("  {name}: after {:6.1} ms: {shown}", ms(*took));
         }

@@ -159,9 +159,19 @@ extern "C" {
     /// 1 when the event's latest record completed without error, else 0.
     pub fn cudafd_event_done(event: usize) -> c_int;
     /// syncfd: watch a stream and get the point's sync_file in `fence_fd` (the caller closes it).
-    pub fn cudafd_watch_stream_fence(n: *mut cudafd_notifier, stream: usize, token: *mut u64, fence_fd: *mut c_int) -> c_int;
+    pub fn cudafd_watch_stream_fence(
+        n: *mut cudafd_notifier,
+        stream: usize,
+        token: *mut u64,
+        fence_fd: *mut c_int,
+    ) -> c_int;
     /// syncfd: watch an event and get the point's sync_file in `fence_fd` (the caller closes it).
-    pub fn cudafd_watch_event_fence(n: *mut cudafd_notifier, event: usize, token: *mut u64, fence_fd: *mut c_int) -> c_int;
+    pub fn cudafd_watch_event_fence(
+        n: *mut cudafd_notifier,
+        event: usize,
+        token: *mut u64,
+        fence_fd: *mut c_int,
+    ) -> c_int;
     /// The syncfd mechanism's self-test as text, one line per step (runs it on the first call).
     pub fn cudafd_syncfd_report() -> *const c_char;
     /// Detach a pending wait: it will not be reported; the GPU work goes on.

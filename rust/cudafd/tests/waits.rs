@@ -276,7 +276,9 @@ fn max_lateness_is_checked_and_a_lazy_notifier_still_completes() {
         let notifier = Notifier::new(Mechanism::Event).unwrap();
         assert!(notifier.set_max_lateness(Duration::from_nanos(10)).is_err());
         assert!(notifier.set_max_lateness(Duration::from_secs(11)).is_err());
-        notifier.set_max_lateness(Duration::from_millis(20)).unwrap();
+        notifier
+            .set_max_lateness(Duration::from_millis(20))
+            .unwrap();
         stream.launch(30, false);
         let fence = notifier.watch(stream.raw()).unwrap();
         tokio::time::timeout(LIMIT, fence).await.unwrap().unwrap();
