@@ -99,8 +99,8 @@ def _loops_section() -> None:
     for mod, note in (
         ("asyncio", "supported"),
         ("uvloop", "supported"),
-        ("trio", "no adapter yet"),
-        ("anyio", "no adapter yet"),
+        ("trio", "supported"),
+        ("anyio", "supported, on its asyncio and trio backends"),
         ("sniffio", "used to detect the running library"),
     ):
         found = importlib.util.find_spec(mod) is not None

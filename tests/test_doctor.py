@@ -1,0 +1,41 @@
+"""``python -m cudafd doctor``: what it tells a user about this machine."""
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+from support import child_env
+
+
+def _doctor() -> list[str]:
+    r = subprocess.run([sys.executable, "-m", "cudafd", "doctor", "--sim"], capture_output=True, text=True,
+                       timeout=120, env=child_env())
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout.splitlines()
+
+
+def test_doctor_self_test_passes_on_every_usable_mechanism():
+    lines = _doctor()
+    assert lines[-1] == "all good", lines
+    start = next(i for i, line in enumerate(lines) if line.startswith("self-test"))
+    results = dict(line.split(None, 1) for line in lines[start + 1:-1])
+    for mechanism in ("event", "hostfunc", "spin", "poll"):
+        assert results[mechanism].startswith("ok: await"), results
+    assert "raised CUDA_ERROR_ILLEGAL_ADDRESS" in results["fault"], results
+
+
+def test_doctor_calls_every_loop_with_an_adapter_supported():
+    lines = _doctor()
+    start = lines.index("event loops")
+    loops = {}
+    for line in lines[start + 1:]:
+        if not line.startswith("  "):
+            break
+        name, text = line.split(None, 1)
+        loops[name] = text
+    for name in ("asyncio", "uvloop", "trio", "anyio"):
+        if importlib.util.find_spec(name) is not None:
+            assert loops[name].startswith("importable (supported"), (name, loops[name])
+        else:
+            assert loops[name] == "not installed", (name, loops[name])
