@@ -119,12 +119,15 @@ def _csv(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m cudafd bench",
-        description="Await latency, idle CPU, stream bubble, throughput and scale of cudafd against the "
-        "usual ways of awaiting a CUDA stream; a table here, JSON and a PNG in --out.",
+        description="Lateness (kernels of unknown length), await latency, idle CPU, stream bubble, "
+        "throughput, scale and the C API of cudafd against the usual ways of awaiting a CUDA stream; "
+        "tables here, JSON and PNGs in --out.",
     )
     p.add_argument("--quick", action="store_true", help="a short run (~15 s): a smoke test, not a measurement")
     p.add_argument(
-        "--out", default=None, help="folder for bench.json, bench.txt, bench.png (default ./cudafd-bench-<UTC time>)"
+        "--out",
+        default=None,
+        help="folder for bench.json, bench.txt, bench.png, lateness.png (default ./cudafd-bench-<UTC time>)",
     )
     default_loops = "asyncio,uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
     p.add_argument(

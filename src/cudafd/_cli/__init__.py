@@ -20,8 +20,9 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--streams", type=int, default=32, help="streams, one coroutine each (default 32)")
     m.add_argument("--sim", action="store_true", help="use the simulator even if a GPU is usable")
     m.add_argument("--mechanism", default=None, choices=["event", "hostfunc", "spin", "poll", "syncfd"],
-                   help="event (default), hostfunc, spin or poll")
-    b = sub.add_parser("bench", help="latency, CPU, bubble, throughput, scale against the usual baselines")
+                   help="event (default), hostfunc, spin, poll or syncfd (Jetson)")
+    b = sub.add_parser("bench", help="lateness, latency, CPU, bubble, throughput, scale and the C API "
+                       "against the usual baselines")
     b.add_argument("rest", nargs=argparse.REMAINDER)
     sub.add_parser("include", help="print the folder of the C header cudafd.h (for -I)")
     sub.add_parser("lib", help="print the folder of libcudafd.so and libcudafd_sim.so (for -L and rpath)")
