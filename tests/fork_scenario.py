@@ -72,7 +72,26 @@ def child_before(mechanism: str, w) -> int:
         dev.close()
 
 
+def _where(pid: int) -> str:
+    """Where a stuck child is, for the report: each of its threads' kernel wait
+    channel and system call (Linux), then its Python stacks, which its
+    faulthandler writes to stderr on SIGUSR1 unless nothing in it can run."""
+    lines = []
+    for task in sorted(os.listdir(f"/proc/{pid}/task")) if os.path.isdir(f"/proc/{pid}/task") else []:
+        base = f"/proc/{pid}/task/{task}"
+        try:
+            with open(f"{base}/comm") as c, open(f"{base}/wchan") as wc, open(f"{base}/syscall") as sc:
+                lines.append(f"child {pid} thread {task} ({c.read().strip()}): wchan {wc.read().strip()}, "
+                             f"syscall {sc.read().split()[0]}")
+        except OSError as exc:
+            lines.append(f"child {pid} thread {task}: {exc}")
+    os.kill(pid, signal.SIGUSR1)
+    time.sleep(1.0)
+    return "\n".join(lines)
+
+
 def fork_children(body) -> tuple[list[str], list[list[str]]]:
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # inherited: a stuck child's stacks on demand
     pids = []
     for _ in range(CHILDREN):
         r, w = os.pipe()
@@ -99,6 +118,7 @@ def fork_children(body) -> tuple[list[str], list[list[str]]]:
                 outcomes.append(f"exit {os.waitstatus_to_exitcode(status)}")
                 break
             if time.monotonic() > deadline:
+                print(_where(pid), file=sys.stderr, flush=True)
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
                 outcomes.append("hung")
