@@ -151,6 +151,34 @@ class Api:
             return False
         return True
 
+    async def cancelled_when(self, ready: Callable[[], bool], aw: Awaitable[Any]) -> bool:
+        """Await `aw`, cancelled by the loop's own means once `ready()` holds (looked at
+        once per pass of the loop), however long that takes: True if it was cancelled,
+        False if it finished first."""
+        if self.flavor == "trio":
+            import trio
+
+            async def watch(scope: trio.CancelScope) -> None:
+                while not ready():
+                    await trio.sleep(0)
+                scope.cancel()
+
+            with trio.CancelScope() as scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(watch, scope)
+                    await aw
+                    nursery.cancel_scope.cancel()
+            return scope.cancelled_caught
+        task = asyncio.ensure_future(aw)
+        while not ready() and not task.done():
+            await asyncio.sleep(0)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            return True
+        return False
+
     async def settle(self, *aws: Awaitable[Any]) -> list[Any]:
         """gather(), each result being its awaitable's value or the exception it raised."""
 
