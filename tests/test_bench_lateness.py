@@ -196,3 +196,16 @@ def test_sections_chosen_by_name():
     full = options.plan(options.parse(["--loops", "asyncio"]))
     assert full["budget_s"] > options.FULL["budget_s"]  # the lateness section's own time on top
     assert options.plan(options.parse(["cpu"]))["budget_s"] == options.FULL["budget_s"]
+
+
+def test_table_figures_take_at_most_four_characters():
+    """Whatever a run measures (the simulator's estimated ends can make lateness
+    negative, a loaded machine large), a figure fits 4 characters, so a table
+    row stays within 120 columns; and the figure still reads as its value."""
+    from cudafd._bench.report_lateness import _n
+
+    values = [0.0, 0.04, 9.94, 9.96, 999.4, 999.6, 3842, 9949, 9951, 12345, 999_400, 999_600, 3e7]
+    values += [-v for v in values] + [x * 1.37 for x in range(-30_000, 30_000, 7)]
+    for v in values:
+        assert len(_n(v)) <= 4, (v, _n(v))
+    assert [_n(v) for v in (9.5, 686, 3842, 12345, -2232, -0.5)] == ["9.5", "686", "3.8k", "12k", "-2k", "-0.5"]

@@ -18,12 +18,31 @@ __all__ = ["one_line", "render", "cell"]
 
 
 def _n(x: float | None) -> str:
-    """Microseconds in at most 5 characters: 9.5, 950, 9500, 95k (a table stays within 120 columns)."""
+    """Microseconds in at most 4 characters, so that a table stays within 120 columns
+    whatever its figures: 9.5, 950, 9.5k, 95k, 1.2M; below zero (the simulator's
+    estimated ends, a loaded machine's floor) -9.5, -950, -9k, -95k, -.5M."""
     if x is None:
         return "-"
-    if abs(x) >= 1e4:
+    a = abs(x)
+    if x < 0:
+        if a < 9.95:
+            return f"{x:.1f}"
+        if a < 999.5:
+            return f"{x:.0f}"
+        if a < 99.5e3:
+            return f"-{a / 1e3:.0f}k"
+        if a < 0.95e6:
+            return f"-.{a / 1e5:.0f}M"
+        return f"-{a / 1e6:.0f}M" if a < 9.5e6 else "-big"
+    if a < 9.95:
+        return f"{x:.1f}"
+    if a < 999.5:
+        return f"{x:.0f}"
+    if a < 9.95e3:
+        return f"{x / 1e3:.1f}k"
+    if a < 999.5e3:
         return f"{x / 1e3:.0f}k"
-    return f"{x:.1f}" if abs(x) < 10 else f"{x:.0f}"
+    return f"{x / 1e6:.1f}M" if a < 9.95e6 else f"{x / 1e6:.0f}M"
 
 
 def cell(m: dict | None, field: str | None = "net") -> str:
