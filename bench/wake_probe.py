@@ -28,7 +28,7 @@ import time
 import cudafd
 from cudafd._bench import lateness, waiters
 from cudafd._bench.child import Progress
-from cudafd._bench.timerfd import OneShot
+from cudafd._core.timerfd import OneShot
 
 _orig_make = waiters._make
 

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._core.policy import POLL_MAX as MAX_DELAY, POLL_MIN as FIRST_DELAY
-
 __all__ = ["jax_ready"]
+
+FIRST_DELAY = 50e-6  # the first sleep between two is_ready() checks, doubled each time ...
+MAX_DELAY = 2e-3  # ... up to this
 
 
 def _sleeper():

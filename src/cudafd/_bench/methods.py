@@ -161,7 +161,7 @@ def make(key: str, kit: Kit, stream: int) -> Method:
         return asleep
 
     if key == "bound_loop":
-        from .timerfd import OneShot
+        from .._core.timerfd import OneShot
 
         ev = gpu.event(EV_SPIN)
         timer = OneShot()

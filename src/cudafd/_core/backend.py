@@ -57,8 +57,12 @@ class Backend(Protocol):
         """Make the fd readable (the caller queued a completion of its own)."""
         ...
 
-    def poll(self) -> None:
-        """Look for progress now (the poll mechanism); a no-op where threads do it."""
+    def poll(self, everything: bool) -> None:
+        """Look for progress now (the poll mechanism: every wait, or those due); a no-op where threads do it."""
+        ...
+
+    def timer_fd(self) -> int:
+        """The poll mechanism: an fd readable when poll() is due and while completions are queued (else -1)."""
         ...
 
     def close(self) -> None:

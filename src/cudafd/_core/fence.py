@@ -11,8 +11,8 @@ thread that polls the driver (see Notifier.fileno), so a plain select() loop
 wakes too.
 
 Blocking use: ``wait(timeout)`` sleeps in poll(2) on the fd (no GIL held, no
-thread of ours busy); with the "poll" mechanism it queries with a backoff of
-50 µs doubling to 2 ms. It takes any timeout threading.Event.wait takes, and
+thread of ours busy); with the "poll" mechanism on the Notifier's timer,
+asking the driver whenever it fires (the schedule of policy.py). It takes any timeout threading.Event.wait takes, and
 more: ``None``, ``float('inf')`` or a huge number wait without limit (poll(2)
 is given at most an hour at a time), zero, a negative number or NaN look once. Async use: ``await fence`` waits through the running
 loop's adapter. A fault in the awaited work raises CudaError from wait(),
@@ -39,7 +39,6 @@ from . import fork as _fork  # noqa: F401 - registers what a fork() child must k
 from . import loop_hook
 from .errors import ClosedError, InvalidStateError
 from .notifier import Notifier
-from .policy import POLL_MIN, next_delay
 
 __all__ = ["Fence", "fence"]
 
@@ -165,12 +164,12 @@ class Fence:
         answers from the outcome). The hold keeps a concurrent close() from
         releasing the fd, so the write never reaches another file's fd."""
         try:
-            fd = notifier.adapter_hold_fd()
+            notifier.adapter_hold_fd()
         except ClosedError:
             return
         try:
             if not notifier.closed:
-                os.write(fd, _ONE)
+                os.write(self._fd, _ONE)
         finally:
             notifier.adapter_release_fd()
 
@@ -190,25 +189,19 @@ class Fence:
         if (deadline is None or deadline > time.monotonic()) and not self.done():
             _warn_if_in_loop()
         notifier = self._notifier
-        if notifier is not None and notifier.needs_polling:
-            delay = POLL_MIN
-            while not self.done():
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                time.sleep(delay if remaining is None else min(delay, remaining))
-                delay = next_delay(delay, False)
-        else:
-            poller = None
-            while not self.done():
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                if poller is None:
-                    poller = select.poll()
-                    poller.register(self._fd, select.POLLIN)
-                step = _SLEEP_MAX if remaining is None else min(remaining, _SLEEP_MAX)
-                poller.poll(max(1, math.ceil(step * 1000)))
+        # the fd that turns readable: the point passed, or with the "poll" mechanism
+        # also when done() is due to ask the driver again (the backend's timer)
+        fd = notifier._reader_fd if notifier is not None else self._fd
+        poller = None
+        while not self.done():
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            if poller is None:
+                poller = select.poll()
+                poller.register(fd, select.POLLIN)
+            step = _SLEEP_MAX if remaining is None else min(remaining, _SLEEP_MAX)
+            poller.poll(max(1, math.ceil(step * 1000)))
         self.result()
         return True
 

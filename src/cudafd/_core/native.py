@@ -127,8 +127,11 @@ class NativeBackend:
     def signal(self) -> None:
         os.write(self._fd, _ONE)
 
-    def poll(self) -> None:
+    def poll(self, everything: bool) -> None:
         pass
+
+    def timer_fd(self) -> int:
+        return -1
 
     def close(self) -> None:
         if self._ptr is not None:

@@ -122,7 +122,7 @@ def _make_backend(mechanism: str, max_lateness_ns: int | None) -> tuple[str, Bac
             return mechanism, NativeBackend(lib, mechanism, max_lateness_ns)
     from .poll import PollBackend
 
-    return "poll", PollBackend()
+    return "poll", PollBackend(max_lateness_ns if max_lateness_ns is not None else _lib.MAX_LATENESS_DEFAULT_NS)
 
 
 def _max_lateness_ns(value: object) -> int | None:
@@ -185,6 +185,7 @@ class Notifier:
         self.mechanism, self._backend = _make_backend(name, lateness_ns)
         self.needs_polling = self._backend.needs_polling
         self._fd = self._backend.fileno()
+        self._reader_fd = self._backend.timer_fd() if self.needs_polling else self._fd  # adapter_hold_fd()
         self._pending: dict[int, object] = {}  # token -> object kept alive for it
         self._dropped: set[int] = set()  # cancelled after completing: never reported
         self._ready: list[int] = []  # complete on arrival, not yet drained
@@ -404,7 +405,15 @@ class Notifier:
         if self.needs_polling:
             with self._lock:
                 if not self._closed:
-                    self._backend.poll()  # type: ignore[union-attr]
+                    self._backend.poll(True)  # type: ignore[union-attr]
+
+    def adapter_poll(self) -> None:
+        """Loop-adapter protocol: with the "poll" mechanism, ask about the waits that are due
+        (call it whenever the adapter_hold_fd() fd is readable, before draining); else a no-op."""
+        if self.needs_polling:
+            with self._lock:
+                if not self._closed:
+                    self._backend.poll(False)  # type: ignore[union-attr]
 
     @property
     def max_lateness(self) -> float:
@@ -491,13 +500,15 @@ class Notifier:
     # ---- fd ownership, for loop adapters ----
 
     def adapter_hold_fd(self) -> int:
-        """Loop-adapter protocol: keep the fd open until adapter_release_fd(); call it before
-        registering a reader. Returns the fd; raises ClosedError once it was released."""
+        """Loop-adapter protocol: keep the fds open until adapter_release_fd(); call it before
+        registering a reader. Returns the fd to register: fileno()'s, or with the "poll"
+        mechanism the backend's timer, readable when adapter_poll() is due and while
+        completions are queued. Raises ClosedError once the fds were released."""
         with self._lock:
             if self._released:
                 raise ClosedError("the Notifier is closed")
             self._fd_holds += 1
-            return self._fd
+            return self._reader_fd
 
     def adapter_on_close(self, hook: Callable[[], None]) -> None:
         """Loop-adapter protocol: call ``hook()`` after close() (on the closing thread,

@@ -34,12 +34,14 @@ adapter object. An adapter whose loop runs the tasks it wakes together in no
 set order (trio) also keeps the watched waits of each target in a
 :class:`Lane` and wakes a reported wait only when it is first in its lane.
 
-Poll intervals: where nothing native writes the fd (the "poll" mechanism),
-whoever polls starts at POLL_MIN and doubles up to POLL_MAX while nothing
-finishes, back to POLL_MIN on progress (:func:`next_delay`). The loops'
-timers, the Fence's blocking wait, the poll mechanism's helper thread and
-cudafd.jax_ready all use these. (asyncio's selector and trio's epoll wait
-round sub-millisecond timeouts up to 1 ms; uvloop does not.)
+Asking again: whoever asks the driver about a wait it did not find over
+(the "poll" mechanism's backend, a Fence's blocking wait, jax_ready) asks
+again after :func:`ask_interval_ns` of the wait's age: 1/ASK_RATIO of it,
+but not sooner than a quarter of the wait's budget (its Notifier's
+max_lateness) nor later than the budget. The native core's poller uses the
+same schedule (native/core/waiters.c, cfd_poll_interval). A wait is found
+at most its budget after its work ended, plus the machine's wake-up time,
+whatever the other waits do; docs/performance.md has the measurements.
 
 Facts relied on: a stream runs its work in order, so a record completes no
 later than any record made after it on the same stream; the adapters run
@@ -53,17 +55,16 @@ from collections.abc import Generator
 from time import perf_counter
 from typing import Any
 
-__all__ = ["POLL_MAX", "POLL_MIN", "QUICK_YIELD_EVERY", "SPIN_S", "Lane", "WaitPolicy", "next_delay"]
+__all__ = ["ASK_RATIO", "QUICK_YIELD_EVERY", "SPIN_S", "Lane", "WaitPolicy", "ask_interval_ns"]
 
-POLL_MIN = 50e-6  # the first poll interval, and again after progress
-POLL_MAX = 2e-3  # the longest, while nothing finishes
+ASK_RATIO = 16  # a wait is asked again after 1/16 of its age (within a quarter of its budget and the budget)
 SPIN_S = 30e-6  # a lone wait yields and asks again for this long before it watches
 QUICK_YIELD_EVERY = 8  # a yield after this many waits in a row that were over before they began
 
 
-def next_delay(delay: float, progress: bool) -> float:
-    """The poll interval after one of ``delay``: POLL_MIN on progress, else doubled up to POLL_MAX."""
-    return POLL_MIN if progress else min(delay * 2, POLL_MAX)
+def ask_interval_ns(age_ns: int, budget_ns: int) -> int:
+    """How long after asking about a wait of this age (ns) that was not over to ask again (ns)."""
+    return min(max(age_ns // ASK_RATIO, budget_ns // 4), budget_ns)
 
 
 class WaitPolicy:

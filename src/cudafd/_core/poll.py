@@ -1,20 +1,29 @@
-"""The "poll" mechanism: no native threads, the caller's loop polls cuEventQuery.
+"""The "poll" mechanism: no native threads, the waiting thread asks cuEventQuery.
 
-Used where libcudafd.so cannot load (or when asked for). A stream watch
-records a pooled ``CU_EVENT_DISABLE_TIMING`` event at the stream's current
-end (with the stream's context made current for the record); an event watch
-queries the caller's event itself (so it follows the event's latest record at
-query time, not at watch time as the native core does). poll() queries what
-is pending; finished tokens are queued and an eventfd of our own is written,
-so ``fileno()`` behaves like the native notifier's: readable while
-completions are queued, and once closed.
+Used by default, where libcudafd.so cannot load, or when asked for. A stream
+watch records a pooled ``CU_EVENT_DISABLE_TIMING`` event at the stream's
+current end (with the stream's context made current for the record); an
+event watch queries the caller's event itself (so it follows the event's
+latest record at query time, not at watch time as the native core does).
 
-Nothing calls poll() unless someone asks: the loop adapters do, on a timer of
-the loop's own. A caller of ``Notifier.fileno()`` (a plain select() loop, a
-Fence's fd handed to a selector) gets a helper thread instead
-(poll_by_itself): a Python thread that takes the Notifier's lock and calls
-poll() while anything is pending, at the poll intervals of policy.py, and ends when nothing is pending; the next watch starts it
-again. Without it such an fd would never turn readable.
+Who asks, and when. poll() asks about the head wait of each stream (and each
+event watch) that is due, and queues what finished. A head is due again
+:func:`policy.ask_interval_ns` after a query found it running, counted from
+when it became head (the same schedule as the native core's poller). The
+backend keeps a timerfd (``timer_fd()``) armed at the earliest due time, or
+at once while completions are queued: a loop adapter registers that fd,
+and on each readable calls poll() then drains. So the loop's own thread
+asks the driver, woken by its own timer, and nothing hands a completion
+across threads: on the H200 host that hand-off to a loop asleep in epoll is
+what made the "event" mechanism late (docs/performance.md).
+
+``fileno()`` is an eventfd, readable while completions are queued and once
+closed, as with the native mechanisms. A caller of ``Notifier.fileno()`` (a
+plain select() loop, a Fence's fd handed to a selector) gets a helper thread
+(poll_by_itself): a Python thread that sleeps on the timerfd and, with the
+Notifier's lock, calls poll() while anything is pending, ending when nothing
+is; the next watch starts it again. Without it such an fd would never turn
+readable.
 
 Facts relied on: a stream runs its work in order, so the events recorded on
 one stream complete in the order they were recorded, and poll() stops at the
@@ -36,6 +45,7 @@ helper thread takes the Notifier's lock too).
 from __future__ import annotations
 
 import os
+import select
 import sys
 import threading
 import time
@@ -45,7 +55,8 @@ from ctypes import byref, c_void_p
 
 from . import driver as _driver, fork as _fork
 from .errors import CudaError, CudafdError
-from .policy import POLL_MIN, next_delay
+from .policy import ask_interval_ns
+from .timerfd import OneShot
 
 __all__ = ["PollBackend", "live_events", "live_eventfds"]
 
@@ -78,15 +89,28 @@ class PollBackend:
     mechanism = "poll"
     needs_polling = True
 
-    def __init__(self) -> None:
+    def __init__(self, max_lateness_ns: int) -> None:
         self._fd = -1
-        self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._timer: OneShot | None = OneShot()
+        _count("eventfds", 1)  # counted with the eventfds, as the core counts its poller's timerfd
+        try:
+            self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        except BaseException:
+            self._timer.close()
+            _count("eventfds", -1)
+            raise
         _count("eventfds", 1)
+        self._budget = max_lateness_ns
+        self._armed = 0  # when the timer fires (monotonic ns), 0: disarmed; -1: at once (completions queued)
         self._drv: _driver.Driver | None = None
         self._fork_generation = _fork.generation()  # another one later: made before a fork()
         self._next_token = 1
         # (ctx, stream, thread) -> deque of (token, event, ctx), in record order
         self._lanes: dict[tuple[int, int, int], deque[tuple[int, int, int]]] = {}
+        # lane key, or token of an event watch -> [since, next, step] (ns): its head became head at
+        # since, is asked next at next, planned by an interval of step
+        self._plans: dict[object, list[int]] = {}
+        self._retire_at = 0  # when the cancelled watches' events are asked next
         self._lane_of: dict[int, tuple[int, int, int]] = {}
         self._events: dict[int, int] = {}  # token -> caller's event
         self._done: list[tuple[int, int]] = []
@@ -164,6 +188,7 @@ class PollBackend:
         lane = self._lanes.get(key)
         if lane is None:
             lane = self._lanes[key] = deque()
+            self._plan_new(key)
         lane.append((token, ev, ctx))
         self._lane_of[token] = key
         self._start_helper()
@@ -182,6 +207,7 @@ class PollBackend:
             raise CudaError(res, where="cuEventQuery (is this a live event?)")
         token = self._token()
         self._events[token] = handle
+        self._plan_new(token)
         self._start_helper()
         return token
 
@@ -196,8 +222,16 @@ class PollBackend:
                     break
             if not lane:
                 del self._lanes[key]
+                del self._plans[key]
+            if self._retire_at == 0:
+                self._retire_at = time.monotonic_ns() + self._budget
+            self._arm()
             return True
-        return self._events.pop(token, None) is not None
+        if self._events.pop(token, None) is None:
+            return False
+        del self._plans[token]
+        self._arm()
+        return True
 
     def prepare(self, handle: int) -> None:
         """Nothing to make (the poll mechanism has no side streams); a dead
@@ -237,7 +271,8 @@ class PollBackend:
 
     def _helper_main(self, owner: object) -> None:
         me = threading.current_thread()
-        delay = POLL_MIN
+        timer = select.poll()
+        timer.register(self.timer_fd(), select.POLLIN)
         while True:
             with owner._lock:  # type: ignore[attr-defined]  # (looked up each time: a fork() child gets a new one)
                 if self._helper is not me:
@@ -245,22 +280,70 @@ class PollBackend:
                 if self._closed or not self._has_work():
                     self._helper = None
                     return
-                before = self._found
-                self.poll()
-                found = self._found != before
-            delay = next_delay(delay, found)
-            time.sleep(delay)
+                self.poll(False)
+            timer.poll(self._budget // 1_000_000 + 1)  # the timer, or a watch that moved it; at most a budget
 
-    def poll(self) -> None:
+    # ---- asking ----
+
+    def timer_fd(self) -> int:
+        """Readable when poll() is due, and at once while completions are queued or once closed."""
+        return self._timer.fileno() if self._timer is not None else -1
+
+    def _plan_new(self, key: object) -> None:
+        """The plan of a head that became head now (a new lane or event watch); arms the timer."""
+        now = time.monotonic_ns()
+        step = ask_interval_ns(0, self._budget)
+        self._plans[key] = [now, now + step, step]
+        if self._armed == 0 or now + step < self._armed:
+            self._arm()
+
+    def _asked(self, key: object, plan: list[int], now: int, moved: bool) -> None:
+        """A query found the head of ``key`` running (``moved``: a new head, since earlier ones finished)."""
+        if moved:
+            plan[0] = now
+        plan[2] = step = ask_interval_ns(now - plan[0], self._budget)
+        plan[1] = now + step
+
+    def _arm(self) -> None:
+        """Set the timer: at once while completions are queued (or closed), else at the earliest plan."""
+        timer = self._timer
+        if timer is None:
+            return
+        if self._done or self._closed:
+            at = -1
+        else:
+            at = min((p[1] for p in self._plans.values()), default=0)
+            if self._retiring and (at == 0 or self._retire_at < at):
+                at = self._retire_at
+        if at == self._armed:
+            return
+        self._armed = at
+        if at == 0:
+            timer.disarm()
+        else:
+            timer.arm_at(1 if at < 0 else at)
+
+    def poll(self, everything: bool = True) -> None:
+        """Ask about every head now (``everything``), or only those due; queue what finished; re-arm the timer."""
         if self._closed or self._drv is None:
             return
         self._refuse_if_forked()
+        now = time.monotonic_ns()
+        if everything:
+            now_due = now + 2 * self._budget  # every plan is due by then
+        else:
+            now_due = now
         query = self._drv.cuEventQuery  # type: ignore[attr-defined]
         done = self._done
         before = len(done)
+        plans = self._plans
         if self._lanes:
             emptied = []
             for key, lane in self._lanes.items():
+                plan = plans[key]
+                if plan[1] - plan[2] // 4 > now_due:  # not due (one due within a quarter of its interval is)
+                    continue
+                moved = False
                 while lane:
                     token, ev, ctx = lane[0]
                     res = query(ev)
@@ -270,20 +353,30 @@ class PollBackend:
                     del self._lane_of[token]
                     done.append((token, res))
                     self._give_event(ev, ctx, res)
-                if not lane:
+                    moved = True
+                if lane:
+                    self._asked(key, plan, now, moved)
+                else:
                     emptied.append(key)
             for key in emptied:
                 del self._lanes[key]
+                del plans[key]
         if self._events:
             finished = []
             for token, ev in self._events.items():
+                plan = plans[token]
+                if plan[1] - plan[2] // 4 > now_due:
+                    continue
                 res = query(ev)
                 if res != _NOT_READY:
                     finished.append(token)
                     done.append((token, res))
+                else:
+                    self._asked(token, plan, now, False)
             for token in finished:
                 del self._events[token]
-        if self._retiring:
+                del plans[token]
+        if self._retiring and self._retire_at <= now_due:
             still = []
             for ev, ctx in self._retiring:
                 res = query(ev)
@@ -292,10 +385,12 @@ class PollBackend:
                 else:
                     self._give_event(ev, ctx, res)
             self._retiring = still
+            self._retire_at = now + self._budget if still else 0
         if len(done) > before:
             self._found += len(done) - before
             if not self._signalled:
                 self.signal()
+        self._arm()
 
     def drain(self, clear_fd: bool) -> list[tuple[int, int]]:
         if self._inherited():
@@ -307,11 +402,16 @@ class PollBackend:
                 pass
             self._signalled = False
         out, self._done = self._done, []
+        if self._armed < 0:
+            self._arm()  # the queue is empty now: back to the earliest plan
         return out
 
     def signal(self) -> None:
         os.write(self._fd, _ONE)
         self._signalled = True
+        if self._timer is not None and self._armed >= 0:
+            self._armed = -1  # a polling reader drains too (a completion of the Notifier's own, or close)
+            self._timer.arm_at(1)
 
     def close(self) -> None:
         if self._closed:
@@ -327,6 +427,7 @@ class PollBackend:
                 self._destroy_event(ev)
         self._lanes.clear()
         self._lane_of.clear()
+        self._plans.clear()
         self._events.clear()
         self._retiring.clear()
         self._pool.clear()
@@ -334,12 +435,18 @@ class PollBackend:
         self._owner = None  # the helper sees _closed and ends
         if self._fd >= 0 and not self._signalled:
             self.signal()
+        self._arm()  # at once, for good: readers drain the close
 
     def destroy(self) -> None:
-        self.close()
+        if self._fd >= 0:
+            self.close()
         fd, self._fd = self._fd, -1
         if fd >= 0:
             os.close(fd)
+            _count("eventfds", -1)
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.close()
             _count("eventfds", -1)
 
     def live_events(self) -> int:

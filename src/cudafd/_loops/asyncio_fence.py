@@ -2,9 +2,10 @@
 fd to turn readable and ``fence.done()`` to turn True (cudafd._core.loop_hook's
 ``wait_until``).
 
-Several coroutines may await one Fence; they share one reader (or, for the
-"poll" mechanism, one timer at the policy's poll intervals). Cancelling one of
-them unregisters only that one.
+Several coroutines may await one Fence; they share one reader (of the
+Notifier's adapter_hold_fd(): with the "poll" mechanism its timer, which also
+fires when it is time to ask the driver again). Cancelling one of them
+unregisters only that one.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import asyncio
 from collections.abc import Callable
 from .._core.errors import CudafdError
 from .._core.notifier import Notifier
-from .._core.policy import POLL_MIN, next_delay
 from .asyncio_loop import _add_reader, _stop_watching
 
 __all__ = ["wait_readiness"]
@@ -28,8 +28,6 @@ class _ReadinessWaiter:
         self._futures: list[asyncio.Future[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._fd = -1
-        self._timer: asyncio.TimerHandle | None = None
-        self._delay = POLL_MIN
 
     def add(self, loop: asyncio.AbstractEventLoop, fut: asyncio.Future[None]) -> None:
         if self._loop is not None and self._loop is not loop:
@@ -51,18 +49,13 @@ class _ReadinessWaiter:
             self._disarm()
 
     def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._notifier.needs_polling:
-            self._delay = POLL_MIN
-            self._timer = loop.call_later(POLL_MIN, self._on_timer)
-        else:
-            self._fd = _add_reader(loop, self._notifier, self._fire)
+        self._fd = _add_reader(loop, self._notifier, self._fire)
         self._loop = loop
 
     def _disarm(self) -> None:
         loop, self._loop = self._loop, None
-        timer, self._timer = self._timer, None
         fd, self._fd = self._fd, -1
-        _stop_watching(loop, self._notifier, timer, fd)
+        _stop_watching(loop, self._notifier, None, fd)
 
     def _fire(self) -> bool:
         try:
@@ -81,14 +74,6 @@ class _ReadinessWaiter:
             self._futures.clear()
             self._disarm()
         return ready
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        if self._fire() or self._loop is None:
-            return
-        self._delay = next_delay(self._delay, False)
-        self._timer = self._loop.call_later(self._delay, self._on_timer)
-
 
 async def wait_readiness(notifier: Notifier, check: Callable[[], bool]) -> None:
     """Wait on the running loop until ``check()`` is True, re-checking whenever the fd is readable.

@@ -15,8 +15,11 @@ core's completion count moved (Notifier.adapter_progress), so the loop never
 sleeps (one core, like ``sleep(0)`` polling) and a completion reaches it
 without a thread wake-up.
 
-The "poll" mechanism has no thread writing the fd: a ``call_later`` timer
-calls poll() then drains, at the policy's poll intervals.
+With the "poll" mechanism (the default) no thread writes the fd: the reader
+is registered on the Notifier's timer instead (adapter_hold_fd), which the
+backend arms for when the next wait is due to be asked, and the callback
+asks (adapter_poll) before it drains. The loop's own thread asks the driver,
+woken by that timer.
 
 Cancellation (task.cancel(), asyncio.timeout) lands in the ``finally`` of
 Dispatcher._park, which cancels the token if it was not reported: the wait is
@@ -50,7 +53,7 @@ from collections.abc import Callable
 
 from .._core.errors import CudafdError
 from .._core.notifier import Notifier
-from .._core.policy import POLL_MIN, WaitPolicy, next_delay
+from .._core.policy import WaitPolicy
 from .._core.targets import INT_TARGETS, resolve
 
 __all__ = [
@@ -105,25 +108,21 @@ class _Parked:
     timer) that resolves them. Only the loop (through the registered
     callback) and the parked coroutines hold it."""
 
-    __slots__ = ("loop", "notifier", "futures", "fd", "timer", "delay", "seen", "__weakref__")
+    __slots__ = ("loop", "notifier", "futures", "fd", "timer", "seen", "__weakref__")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, notifier: Notifier) -> None:
         self.loop = loop
         self.notifier = notifier
         self.futures: dict[int, asyncio.Future[None]] = {}  # by token
         self.fd = -1  # registered with add_reader (>= 0) while futures are parked
-        self.timer: asyncio.Handle | None = None  # the "poll" mechanism's timer, or the spin's callback
-        self.delay = POLL_MIN
+        self.timer: asyncio.Handle | None = None  # the spin mechanism's callback
         self.seen = -1  # spin: the core's completion count at the last drain
 
     def park(self, token: int) -> asyncio.Future[None]:
         """A future for ``token``, resolved when a drain reports it; arms the reader (or timer) if need be."""
         if self.fd < 0 and self.timer is None:
             notifier = self.notifier
-            if notifier.needs_polling:
-                self.delay = POLL_MIN
-                self.timer = self.loop.call_later(POLL_MIN, self.poll_tick)
-            elif notifier.mechanism == "spin":
+            if notifier.mechanism == "spin":
                 self.seen = -1
                 self.timer = self.loop.call_soon(self.spin_tick)
             else:
@@ -140,7 +139,9 @@ class _Parked:
         """Drain and resolve; True if anything was reported."""
         futures = self.futures
         try:
-            results = self.notifier.adapter_drain()
+            notifier = self.notifier
+            notifier.adapter_poll()  # ("poll": ask the waits that are due; else nothing)
+            results = notifier.adapter_drain()
         except Exception as exc:  # noqa: BLE001 - the native core failed: fail every waiter rather than hang
             for fut in futures.values():
                 if not fut.done():
@@ -171,15 +172,6 @@ class _Parked:
             self.on_readable()
         if self.futures:
             self.timer = self.loop.call_soon(self.spin_tick)
-
-    def poll_tick(self) -> None:
-        self.timer = None
-        self.notifier.poll()
-        progress = self.on_readable()
-        if self.futures:
-            self.delay = next_delay(self.delay, progress)
-            self.timer = self.loop.call_later(self.delay, self.poll_tick)
-
 
 class Dispatcher:
     """The waits of one Notifier on one asyncio loop (loop thread only).
@@ -265,8 +257,8 @@ def dispatcher(loop: asyncio.AbstractEventLoop, notifier: Notifier | None) -> Di
         table = _dispatchers[loop] = weakref.WeakKeyDictionary()
     disp = table.get(notifier)
     if disp is None:
-        if not notifier.needs_polling:  # refused at the first wait, whether or not it needs the fd
-            _remove_reader(loop, notifier, _add_reader(loop, notifier, _none))
+        # a loop without add_reader is refused at the first wait, whether or not it needs the fd
+        _remove_reader(loop, notifier, _add_reader(loop, notifier, _none))
         disp = table[notifier] = Dispatcher(notifier)
     return disp
 

@@ -25,9 +25,10 @@ only once every earlier wait of its lane has returned (or left): waits on
 one stream return in the order they were started, as under asyncio. Waits
 on different targets are woken together.
 
-The "poll" mechanism has no thread writing the fd: the reader calls poll()
-then drains at the policy's poll intervals, back to the shortest when a new
-wait starts (it moves the deadline of the reader's sleep).
+With the "poll" mechanism (the default) no thread writes the fd: the reader
+waits on the Notifier's timer instead (adapter_hold_fd), which the backend
+arms for when the next wait is due to be asked (a new wait moves it
+earlier), and asks (adapter_poll) before it drains.
 
 Cancellation (``trio.move_on_after``, ``fail_after``, any cancel scope,
 anyio's scopes) detaches the wait: the abort callback cancels the token at
@@ -76,7 +77,7 @@ from trio.lowlevel import (
 
 from .._core.errors import ClosedError
 from .._core.notifier import Notifier
-from .._core.policy import POLL_MIN, Lane, WaitPolicy, next_delay
+from .._core.policy import Lane, WaitPolicy
 from .._core.targets import Target, resolve
 
 __all__ = ["Dispatcher"]
@@ -111,9 +112,6 @@ class _Waiters:
         self._lanes: dict[object, Lane] = {}  # of _Slot
         self._reader: _Slot | None = None
         self._fd = -1  # the fd the reader is blocked on (held open meanwhile), else -1
-        self._polling = notifier.needs_polling
-        self._nap: trio.CancelScope | None = None  # the polling reader's current sleep
-        self._delay = POLL_MIN
         self._thread = threading.get_ident()
         self._trio_token = current_trio_token()
         _on_close(notifier, self)
@@ -125,8 +123,6 @@ class _Waiters:
 
         Raises the slot's error (CudaError, ClosedError) if it has one.
         """
-        if self._nap is not None:
-            self._poll_soon()
         try:
             while True:
                 if slot.done:
@@ -180,12 +176,9 @@ class _Waiters:
             self._wake(lane[0])
 
     async def _read(self, slot: _Slot) -> None:
-        """Be the reader until ``slot`` is reported: wait for the fd (or poll), then pump."""
+        """Be the reader until ``slot`` is reported: wait for the fd, then pump."""
         self._reader = slot
         try:
-            if self._polling:
-                await self._poll_until(slot)
-                return
             notifier = self._notifier
             fd = notifier.adapter_hold_fd()  # ClosedError if the fd was released
             self._fd = fd
@@ -201,26 +194,6 @@ class _Waiters:
                 notifier.adapter_release_fd()
         finally:
             self._reader = None
-
-    async def _poll_until(self, slot: _Slot) -> None:
-        """The reader of a "poll" Notifier: pump with backoff; a new wait cuts the current nap short."""
-        self._delay = POLL_MIN
-        try:
-            while not slot.done:
-                with trio.CancelScope(deadline=trio.current_time() + self._delay) as nap:
-                    self._nap = nap
-                    await trio.sleep_forever()
-                self._nap = None
-                self._delay = next_delay(self._delay, self._pump())
-        finally:
-            self._nap = None
-
-    def _poll_soon(self) -> None:
-        """A wait was added: have the polling reader look within POLL_MIN, and back off from there."""
-        nap = self._nap
-        if nap is not None:
-            self._delay = POLL_MIN / 2  # doubled back to POLL_MIN if that look finds nothing
-            nap.deadline = min(nap.deadline, trio.current_time() + POLL_MIN)
 
     # ---- completion ----
 
@@ -305,7 +278,7 @@ class Dispatcher(_Waiters):
         super().__init__(notifier)
         self._cancel = notifier.cancel
         self._drain = notifier.adapter_drain
-        self._poll = notifier.poll
+        self._poll = notifier.adapter_poll
         self._policy = WaitPolicy()
 
     async def wait(self, target: object) -> None:
@@ -356,8 +329,7 @@ class Dispatcher(_Waiters):
 
     def _pump(self) -> bool:
         try:
-            if self._polling:
-                self._poll()
+            self._poll()  # ("poll": ask the waits that are due; else nothing)
             results = self._drain()
         except Exception as exc:  # noqa: BLE001 - the native core failed: fail every waiter rather than hang
             self._finish_all(exc)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import select
 import time
 
-from cudafd._bench.timerfd import OneShot
+from cudafd._core.timerfd import OneShot
 
 
 def _readable(t: OneShot, timeout: float) -> bool:

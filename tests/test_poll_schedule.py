@@ -1,0 +1,155 @@
+"""The "poll" mechanism's schedule: who asks the driver, and when.
+
+Its backend plans each stream's head wait (and each event watch) on its own:
+asked a quarter of its budget after it became head, then after 1/16 of its
+age, never later than its budget, whatever the other waits do; its timer
+is armed at the earliest plan and at once while completions are queued.
+These tests read the plans and count the queries, which hold on a loaded
+machine; how prompt it is on a GPU is the benchmark's (bench lateness).
+"""
+from __future__ import annotations
+
+import select
+import time
+
+import pytest
+
+import cudafd
+from cudafd._core.policy import ask_interval_ns
+
+MS = 1_000_000
+
+
+def _readable(fd: int, timeout: float) -> bool:
+    return bool(select.select([fd], [], [], timeout)[0])
+
+
+class _Counting:
+    """Counts the backend's cuEventQuery calls."""
+
+    def __init__(self, backend) -> None:
+        self.calls = 0
+        self._query = backend._drv.cuEventQuery
+        backend._drv = self._Proxy(backend._drv, self)
+
+    class _Proxy:
+        def __init__(self, drv, counter) -> None:
+            self._drv, self._counter = drv, counter
+
+        def __getattr__(self, name):
+            return getattr(self._drv, name)
+
+        def cuEventQuery(self, ev):  # noqa: N802 - the driver's name
+            self._counter.calls += 1
+            return self._counter._query(ev)
+
+
+def test_the_interval_follows_the_age_within_a_quarter_budget_and_the_budget():
+    b = 400_000
+    assert ask_interval_ns(0, b) == b // 4
+    assert ask_interval_ns(16 * 200_000, b) == 200_000  # 1/16 of the age
+    assert ask_interval_ns(10**12, b) == b  # never later than the budget
+    assert ask_interval_ns(16 * 50_000, b) == b // 4  # never sooner than a quarter of it
+
+
+def test_a_new_wait_is_first_due_a_quarter_budget_after_its_watch(dev):
+    s = dev.stream()
+    with cudafd.Notifier("poll", max_lateness=0.2) as n:
+        s.launch(2.0)
+        before = time.monotonic_ns()
+        n.watch(s)
+        after = time.monotonic_ns()
+        plans = list(n._backend._plans.values())
+        assert len(plans) == 1
+        since, due, step = plans[0]
+        assert step == 50 * MS and due == since + step
+        assert before <= since <= after
+        assert n._backend._armed == due, "the timer fires when the wait is due"
+        counter = _Counting(n._backend)
+        n.adapter_poll()  # not due yet: nothing is asked
+        assert counter.calls == 0
+        n.poll()  # "look now": everything is asked
+        assert counter.calls == 1
+        n.close()
+
+
+def test_a_long_wait_does_not_delay_a_short_one(dev):
+    """Each stream's head is planned from its own age: a wait that has run for
+    long is asked seldom, and a wait watched after it is still asked soon."""
+    long_s, short_s = dev.stream(), dev.stream()
+    with cudafd.Notifier("poll", max_lateness=0.4) as n:
+        long_s.launch(5.0)
+        n.watch(long_s)
+        backend = n._backend
+        time.sleep(0.05)
+        n.poll()  # asked at age >= 50 ms: next in 1/16 of the age at least
+        (plan_long,) = backend._plans.values()
+        assert plan_long[2] >= 50 * MS // 16
+        time.sleep(0.2)
+        n.poll()
+        assert plan_long[2] >= 250 * MS // 16
+        short_s.launch(5.0)
+        t0 = time.monotonic_ns()
+        n.watch(short_s)
+        plan_short = [p for p in backend._plans.values() if p is not plan_long][0]
+        assert plan_short[2] == 100 * MS, "a new head is asked a quarter of its budget after its watch"
+        assert plan_short[1] - t0 <= 100 * MS + 50 * MS
+        assert backend._armed == min(plan_long[1], plan_short[1])
+        n.close()
+
+
+def test_the_timer_wakes_the_asker_until_the_wait_is_found(dev):
+    """Sleeping on the timer and asking whenever it fires finds a wait, with a
+    number of asks the schedule allows: a 300 ms kernel with a 50 ms budget is
+    asked every 12.5-50 ms, so 6 to ~26 times (an upper bound: a late
+    thread asks less)."""
+    s = dev.stream()
+    with cudafd.Notifier("poll", max_lateness=0.05) as n:
+        s.launch(0.3)
+        token = n.watch(s)
+        counter = _Counting(n._backend)
+        fd = n._reader_fd
+        got = []
+        deadline = time.monotonic() + 20
+        while not got and time.monotonic() < deadline:
+            assert _readable(fd, 5.0), "the timer is armed while a wait is pending"
+            n.adapter_poll()
+            got = n.adapter_drain() + n.drain()
+        assert got == [(token, None)]
+        assert 1 <= counter.calls <= 300 / 12.5 + 2, counter.calls
+        assert not _readable(fd, 0.05), "nothing pending: the timer is disarmed"
+        n.close()
+
+
+def test_the_timer_is_readable_while_completions_are_queued_and_after_close(dev):
+    s = dev.stream()
+    n = cudafd.Notifier("poll", max_lateness=1.0)
+    fd = n._reader_fd
+    n.watch(s)  # an idle stream: done at the first ask
+    n.poll()
+    assert _readable(fd, 0), "a completion is queued: a reader must drain"
+    assert len(n.drain()) == 1
+    assert not _readable(fd, 0.05), "drained, nothing pending: quiet"
+    s.launch(5.0)
+    n.watch(s)
+    n.close()
+    assert _readable(fd, 0), "closed: readable for good, so readers drain the close"
+    n.drain()
+
+
+@pytest.mark.parametrize("cancel_first", [True, False])
+def test_cancelled_watches_are_asked_once_per_budget_until_their_events_are_free(dev, cancel_first):
+    s = dev.stream()
+    with cudafd.Notifier("poll", max_lateness=0.02) as n:
+        s.launch(0.15)
+        a = n.watch(s)
+        b = n.watch(s)
+        n.cancel(a if cancel_first else b)
+        backend = n._backend
+        assert backend._retiring and backend._retire_at > 0
+        deadline = time.monotonic() + 20
+        while (backend._retiring or backend._lanes) and time.monotonic() < deadline:
+            assert _readable(n._reader_fd, 5.0)
+            n.adapter_poll()
+        assert not backend._retiring and backend._retire_at == 0
+        assert [t for t, _ in n.drain()] == [b if cancel_first else a]
