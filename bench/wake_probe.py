@@ -16,6 +16,10 @@ Runs the lateness section's one-stream and N-stream workloads
 * ``lpoll<N>``: the same at a fixed N µs.
 * ``lspin``: the ``poll`` Notifier asked by the loop on every pass.
 * ``thread20us_s1``: the 20 µs polling thread with 1 ns of timer slack.
+* ``sched<R>_<B>``: the default ("poll") mechanism with the schedule's ratio R
+  and budget (max_lateness) B µs, for choosing them.
+
+``--methods a,b,c`` and ``--lengths 200us,1ms,...`` pick what runs.
 """
 from __future__ import annotations
 
@@ -169,6 +173,24 @@ def _make(key: str, kernels, notifiers: list):
         obj = LoopPoller(float(key[5:]))
     elif key == "lspin":
         obj = LoopSpinner()
+    elif key.startswith("sched"):
+        ratio, budget_us = (int(x) for x in key[5:].split("_"))
+        n = cudafd.Notifier("poll", max_lateness=budget_us * 1e-6)
+        notifiers.append(n)
+        b = n._backend
+
+        def asked(k, plan, now, moved, b=b, ratio=ratio):
+            if moved:
+                plan[0] = now
+            plan[2] = step = min(max((now - plan[0]) // ratio, b._budget // 4), b._budget)
+            plan[1] = now + step
+
+        b._asked = asked
+
+        async def w(stream, mark):
+            await cudafd.wait(stream, notifier=n)
+
+        return waiters.Way(w)
     elif key == "thread20us_s1":
         poller = _slack_thread(kernels)
 
@@ -190,14 +212,17 @@ def main() -> None:
     ap.add_argument("--loop", default="asyncio")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--methods", default="cudafd_default,nap100,nap200,lpoll,lpoll50,lpoll100,cudafd_spin,lspin,"
+                    "sleep0,executor,thread20us,thread20us_s1,spin_floor")
+    ap.add_argument("--lengths", default="200us,1ms,5ms,random")
     a = ap.parse_args()
     waiters._make = _make
-    methods = ["cudafd_default", "nap100", "nap200", "lpoll", "lpoll50", "lpoll100", "cudafd_spin", "lspin",
-               "sleep0", "executor", "thread20us", "thread20us_s1", "spin_floor"]
+    methods = a.methods.split(",")
     q = a.quick
+    spec = {"200us": 200e-6, "1ms": 1e-3, "2ms": 2e-3, "5ms": 5e-3, "10ms": 10e-3, "random": None}
     p = {"loop": a.loop, "methods": methods,
-         "one_stream": [["200us", 200e-6, 30 if q else 240], ["1ms", 1e-3, 30 if q else 240],
-                        ["5ms", 5e-3, 20 if q else 120], ["random", None, 30 if q else 240]],
+         "one_stream": [[name, spec[name], (20 if q else 120) if name in ("5ms", "10ms") else (30 if q else 240)]
+                        for name in a.lengths.split(",")],
          "random_s": [50e-6, 3000e-6], "rounds": 2 if q else 6, "streams": [4] if q else [4, 64],
          "window_s": 0.1 if q else 0.4, "multi_rounds": 1 if q else 2, "history": None, "warmup": 3,
          "torch": True, "soft_s": 200, "hard_s": 260}

@@ -10,6 +10,7 @@ the policy lets it.
 from __future__ import annotations
 
 import math
+import select
 import time
 
 import pytest
@@ -83,29 +84,41 @@ def test_a_wait_is_asked_at_least_once_per_budget(dev):
     assert asked >= 3, asked
 
 
-def test_spin_never_sleeps_while_a_wait_is_pending(dev):
+def test_spin_is_due_at_every_pass_while_a_wait_is_pending(dev):
+    """The spin mechanism's reader fd (its timer) is readable at once whenever
+    a wait is pending, so a loop that registered it never sleeps; once the
+    wait is drained it goes quiet."""
     s = dev.stream()
     with cudafd.Notifier("spin") as n:
-        s.launch(0.2)
-        n.watch(s)
-        time.sleep(0.02)  # the poller is up and spinning
-        q0, w0 = _counts()
-        time.sleep(0.1)
-        q1, w1 = _counts()
-        s.synchronize()
-    assert w1 == w0, "the spin poller slept"
-    assert q1 > q0, "the spin poller stopped asking"
+        fd = n.adapter_hold_fd()
+        try:
+            s.launch(0.2)
+            token = n.watch(s)
+            for _ in range(5):
+                assert select.select([fd], [], [], 0)[0], "spin: due at every pass"
+                n.adapter_poll()
+            s.synchronize()
+            got = []
+            deadline = time.monotonic() + 10
+            while not got and time.monotonic() < deadline:
+                n.adapter_poll()
+                got = n.drain()
+            assert got == [(token, None)]
+            assert not select.select([fd], [], [], 0.05)[0], "nothing pending: quiet"
+        finally:
+            n.adapter_release_fd()
 
 
+@pytest.mark.parametrize("mech", ["event", "poll"])
 @pytest.mark.parametrize("lateness", [None, 0.05], ids=["default", "lazy"])
-def test_a_fault_surfaces_within_the_budget(dev, lateness, loop_flavor):
+def test_a_fault_surfaces_within_the_budget(dev, lateness, loop_flavor, mech):
     if REAL:
         pytest.skip("a fault ends CUDA for the process on a GPU: tests/test_faults.py runs it in a subprocess")
     s, other = dev.stream(), dev.stream()
 
     async def body(api):
         api.notifier.close()
-        api.notifier = cudafd.Notifier("event", max_lateness=lateness)
+        api.notifier = cudafd.Notifier(mech, max_lateness=lateness)
         other.launch(5.0)  # a bystander of the fault: only the fault can end its wait
         s.launch(0.01, fault=True)
         t0 = time.monotonic()
@@ -118,7 +131,7 @@ def test_a_fault_surfaces_within_the_budget(dev, lateness, loop_flavor):
                 results.append(e.name)
         return results, time.monotonic() - t0
 
-    results, took = run(loop_flavor, "event", body)
+    results, took = run(loop_flavor, mech, body)
     assert results == ["CUDA_ERROR_ILLEGAL_ADDRESS"] * 2
     assert took < 3.0, took  # not the bystander's 5 s
 

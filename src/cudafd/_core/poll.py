@@ -84,12 +84,15 @@ def live_eventfds() -> int:
 
 
 class PollBackend:
-    """The "poll" mechanism behind the Backend interface."""
+    """The "poll" mechanism behind the Backend interface; with ``spin``, the "spin" mechanism:
+    every head is due at every poll, so the timer is always readable and its reader asks
+    at every pass of its loop (one core, no thread)."""
 
-    mechanism = "poll"
     needs_polling = True
 
-    def __init__(self, max_lateness_ns: int) -> None:
+    def __init__(self, max_lateness_ns: int, spin: bool = False) -> None:
+        self.mechanism = "spin" if spin else "poll"
+        self._spin = spin
         self._fd = -1
         self._timer: OneShot | None = OneShot()
         _count("eventfds", 1)  # counted with the eventfds, as the core counts its poller's timerfd
@@ -292,7 +295,7 @@ class PollBackend:
     def _plan_new(self, key: object) -> None:
         """The plan of a head that became head now (a new lane or event watch); arms the timer."""
         now = time.monotonic_ns()
-        step = ask_interval_ns(0, self._budget)
+        step = 0 if self._spin else ask_interval_ns(0, self._budget)
         self._plans[key] = [now, now + step, step]
         if self._armed == 0 or now + step < self._armed:
             self._arm()
@@ -301,7 +304,7 @@ class PollBackend:
         """A query found the head of ``key`` running (``moved``: a new head, since earlier ones finished)."""
         if moved:
             plan[0] = now
-        plan[2] = step = ask_interval_ns(now - plan[0], self._budget)
+        plan[2] = step = 0 if self._spin else ask_interval_ns(now - plan[0], self._budget)
         plan[1] = now + step
 
     def _arm(self) -> None:

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Callable
 from .._core.errors import CudafdError
 from .._core.notifier import Notifier
-from .asyncio_loop import _add_reader, _stop_watching
+from .asyncio_loop import _add_reader, _remove_reader
 
 __all__ = ["wait_readiness"]
 
@@ -55,7 +55,8 @@ class _ReadinessWaiter:
     def _disarm(self) -> None:
         loop, self._loop = self._loop, None
         fd, self._fd = self._fd, -1
-        _stop_watching(loop, self._notifier, None, fd)
+        if fd >= 0 and loop is not None:
+            _remove_reader(loop, self._notifier, fd)
 
     def _fire(self) -> bool:
         try:
