@@ -1,6 +1,6 @@
 """The "poll" mechanism: no native threads, the waiting thread asks cuEventQuery.
 
-Used by default, where libcudafd.so cannot load, or when asked for. A stream
+Used when asked for, and where libcudafd.so cannot load. A stream
 watch records a pooled ``CU_EVENT_DISABLE_TIMING`` event at the stream's
 current end (with the stream's context made current for the record); an
 event watch queries the caller's event itself (so it follows the event's
@@ -11,11 +11,18 @@ event watch) that is due, and queues what finished. A head is due again
 :func:`policy.ask_interval_ns` after a query found it running, counted from
 when it became head (the same schedule as the native core's poller). The
 backend keeps a timerfd (``timer_fd()``) armed at the earliest due time, or
-at once while completions are queued: a loop adapter registers that fd,
-and on each readable calls poll() then drains. So the loop's own thread
-asks the driver, woken by its own timer, and nothing hands a completion
-across threads: on the H200 host that hand-off to a loop asleep in epoll is
-what made the "event" mechanism late (docs/performance.md).
+at once while completions are queued: a loop adapter registers that fd, and
+on each readable calls poll() then drains. So the loop's own thread asks the
+driver, woken by its own timer, and no completion is handed across threads.
+On the H200 host that is earlier than the "event" mechanism, whose native
+poller hands each completion to a loop asleep in epoll, and costs more CPU:
+each ask wakes the loop, which costs more than a wake of the native thread
+(docs/performance.md).
+
+The "spin" mechanism is this backend with every head due at every poll: its
+timer stays expired (readable) while a wait is pending, so the loop that
+registered it asks at every pass and never sleeps, without a system call to
+re-arm it.
 
 ``fileno()`` is an eventfd, readable while completions are queued and once
 closed, as with the native mechanisms. A caller of ``Notifier.fileno()`` (a
@@ -312,8 +319,8 @@ class PollBackend:
         timer = self._timer
         if timer is None:
             return
-        if self._done or self._closed:
-            at = -1
+        if self._done or self._closed or (self._spin and self._plans):
+            at = -1  # (spin: due at every pass; an expired timer stays readable at no cost)
         else:
             at = min((p[1] for p in self._plans.values()), default=0)
             if self._retiring and (at == 0 or self._retire_at < at):

@@ -9,7 +9,7 @@ wait waits on a future. While any future is parked, the Dispatcher keeps
 resolves the futures of the tokens it got, in the order the core found
 them, and futures resolved in one callback resume in that order.
 
-With the "poll" mechanism (the default) no thread writes the fd: the reader
+With the "poll" mechanism no thread writes the fd: the reader
 is registered on the Notifier's timer instead (adapter_hold_fd), which the
 backend arms for when the next wait is due to be asked, and the callback
 asks (adapter_poll) before it drains. The loop's own thread asks the driver,
