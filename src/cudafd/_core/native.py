@@ -54,11 +54,16 @@ class NativeBackend:
         self._c_watch_event = lib.cudafd_watch_event
         self._c_drain = lib.cudafd_drain
         self._c_cancel = lib.cudafd_cancel
+        self._c_seq_now = lib.cudafd_notifier_seq_now
         self.stream_done = lib.cudafd_stream_done  # ctypes returns 0/1: a bool in all but type
         self.event_done = lib.cudafd_event_done
 
     def fileno(self) -> int:
         return self._fd
+
+    def seq(self) -> int:
+        """Completions queued so far (and closes): when unchanged since a drain, nothing is to drain."""
+        return self._c_seq_now(self._ptr)
 
     def prepare(self, handle: int) -> None:
         rc = self._lib.cudafd_prepare(self._ptr, handle)

@@ -44,10 +44,12 @@ uses. The methods are the ``adapter_*`` ones plus ``cancel()``, ``poll()``,
   makes the fd readable again, so ``watch()``/``drain()`` and
   ``await n.wait()`` can share one Notifier (a program that polls the fd
   itself must not also register it on the loop the adapter uses).
-* poll: where ``needs_polling`` (the "poll" and "spin" mechanisms) nothing
-  asks the driver unless the Notifier's user does: ``adapter_poll()`` asks
-  about the waits that are due (an adapter calls it whenever its fd is
-  readable, before it drains), ``poll()`` about every wait now.
+* poll: where ``needs_polling`` (the "poll" mechanism) nothing asks the
+  driver unless the Notifier's user does: ``adapter_poll()`` asks about the
+  waits that are due (an adapter calls it whenever its fd is readable, before
+  it drains), ``poll()`` about every wait now. ``adapter_progress()`` is a
+  count that moves whenever something may be drained (native mechanisms;
+  read without a system call: the spin mechanism's loop-side spin).
 * drain: ``adapter_drain()`` as above; ``cancel(token)`` detaches a wait.
 * the fd: ``adapter_hold_fd()`` returns the fd and keeps it open until
   ``adapter_release_fd()``: an adapter holds it while it has a reader
@@ -105,7 +107,7 @@ def _check_mechanism(name: object) -> str:
 
 
 def _make_backend(mechanism: str, max_lateness_ns: int | None) -> tuple[str, Backend]:
-    if mechanism not in ("poll", "spin"):
+    if mechanism != "poll":
         try:
             lib = _lib.load()
         except LibraryError as exc:
@@ -122,9 +124,7 @@ def _make_backend(mechanism: str, max_lateness_ns: int | None) -> tuple[str, Bac
             return mechanism, NativeBackend(lib, mechanism, max_lateness_ns)
     from .poll import PollBackend
 
-    backend = PollBackend(max_lateness_ns if max_lateness_ns is not None else _lib.MAX_LATENESS_DEFAULT_NS,
-                          spin=mechanism == "spin")
-    return backend.mechanism, backend
+    return "poll", PollBackend(max_lateness_ns if max_lateness_ns is not None else _lib.MAX_LATENESS_DEFAULT_NS)
 
 
 def _max_lateness_ns(value: object) -> int | None:
@@ -302,6 +302,12 @@ class Notifier:
                 self._ready.append(token)
             self._pending[token] = t.keep
         return token
+
+    def adapter_progress(self) -> int:
+        """Loop-adapter protocol: a count that moves whenever something may be drained
+        (native mechanisms; else -1). Reading it makes no system call."""
+        seq = getattr(self._backend, "seq", None)
+        return seq() if seq is not None and not self._released else -1
 
     def _signal(self) -> None:  # lock held: make the fd readable for a drain to come
         if not self._signalled:

@@ -19,11 +19,6 @@ poller hands each completion to a loop asleep in epoll, and costs more CPU:
 each ask wakes the loop, which costs more than a wake of the native thread
 (docs/performance.md).
 
-The "spin" mechanism is this backend with every head due at every poll: its
-timer stays expired (readable) while a wait is pending, so the loop that
-registered it asks at every pass and never sleeps, without a system call to
-re-arm it.
-
 ``fileno()`` is an eventfd, readable while completions are queued and once
 closed, as with the native mechanisms. A caller of ``Notifier.fileno()`` (a
 plain select() loop, a Fence's fd handed to a selector) gets a helper thread
@@ -91,15 +86,12 @@ def live_eventfds() -> int:
 
 
 class PollBackend:
-    """The "poll" mechanism behind the Backend interface; with ``spin``, the "spin" mechanism:
-    every head is due at every poll, so the timer is always readable and its reader asks
-    at every pass of its loop (one core, no thread)."""
+    """The "poll" mechanism behind the Backend interface."""
 
+    mechanism = "poll"
     needs_polling = True
 
-    def __init__(self, max_lateness_ns: int, spin: bool = False) -> None:
-        self.mechanism = "spin" if spin else "poll"
-        self._spin = spin
+    def __init__(self, max_lateness_ns: int) -> None:
         self._fd = -1
         self._timer: OneShot | None = OneShot()
         _count("eventfds", 1)  # counted with the eventfds, as the core counts its poller's timerfd
@@ -291,7 +283,11 @@ class PollBackend:
                     self._helper = None
                     return
                 self.poll(False)
-            timer.poll(self._budget // 1_000_000 + 1)  # the timer, or a watch that moved it; at most a budget
+                queued = self._armed < 0
+            if queued:  # the timer stays readable until the fd's reader drains: look again a quarter budget on
+                time.sleep(self._budget / 4e9)
+            else:  # the timer, or a watch that moved it earlier; at most a budget
+                timer.poll(self._budget // 1_000_000 + 1)
 
     # ---- asking ----
 
@@ -302,7 +298,7 @@ class PollBackend:
     def _plan_new(self, key: object) -> None:
         """The plan of a head that became head now (a new lane or event watch); arms the timer."""
         now = time.monotonic_ns()
-        step = 0 if self._spin else ask_interval_ns(0, self._budget)
+        step = ask_interval_ns(0, self._budget)
         self._plans[key] = [now, now + step, step]
         if self._armed == 0 or now + step < self._armed:
             self._arm()
@@ -311,7 +307,7 @@ class PollBackend:
         """A query found the head of ``key`` running (``moved``: a new head, since earlier ones finished)."""
         if moved:
             plan[0] = now
-        plan[2] = step = 0 if self._spin else ask_interval_ns(now - plan[0], self._budget)
+        plan[2] = step = ask_interval_ns(now - plan[0], self._budget)
         plan[1] = now + step
 
     def _arm(self) -> None:
@@ -319,8 +315,8 @@ class PollBackend:
         timer = self._timer
         if timer is None:
             return
-        if self._done or self._closed or (self._spin and self._plans):
-            at = -1  # (spin: due at every pass; an expired timer stays readable at no cost)
+        if self._done or self._closed:
+            at = -1
         else:
             at = min((p[1] for p in self._plans.values()), default=0)
             if self._retiring and (at == 0 or self._retire_at < at):

@@ -9,13 +9,17 @@ wait waits on a future. While any future is parked, the Dispatcher keeps
 resolves the futures of the tokens it got, in the order the core found
 them, and futures resolved in one callback resume in that order.
 
+The "spin" mechanism spins in the loop too: while futures are parked, a
+``call_soon`` callback runs at every pass of the loop and drains when the
+core's completion count moved (Notifier.adapter_progress), so the loop never
+sleeps (one core, like ``sleep(0)`` polling) and a completion reaches it
+without a thread wake-up.
+
 With the "poll" mechanism no thread writes the fd: the reader
 is registered on the Notifier's timer instead (adapter_hold_fd), which the
 backend arms for when the next wait is due to be asked, and the callback
 asks (adapter_poll) before it drains. The loop's own thread asks the driver,
-woken by that timer. With "spin" that timer is always due: the callback runs
-at every pass of the loop, which never sleeps (one core, like ``sleep(0)``
-polling).
+woken by that timer.
 
 Cancellation (task.cancel(), asyncio.timeout) lands in the ``finally`` of
 Dispatcher._park, which cancels the token if it was not reported: the wait is
@@ -89,37 +93,54 @@ def _remove_reader(loop: asyncio.AbstractEventLoop, notifier: Notifier, fd: int)
         notifier.adapter_release_fd()
 
 
-class _Parked:
-    """The futures parked on one Notifier in one loop, and the reader that
-    resolves them. Only the loop (through the registered callback) and the
-    parked coroutines hold it."""
+def _stop_watching(
+    loop: asyncio.AbstractEventLoop | None, notifier: Notifier, timer: asyncio.TimerHandle | None, fd: int
+) -> None:
+    """Undo an arming: cancel the poll timer and remove the reader, whichever was set (fd -1: none)."""
+    if timer is not None:
+        timer.cancel()
+    if fd >= 0 and loop is not None:
+        _remove_reader(loop, notifier, fd)
 
-    __slots__ = ("loop", "notifier", "futures", "fd", "__weakref__")
+
+class _Parked:
+    """The futures parked on one Notifier in one loop, and the reader (or poll
+    timer) that resolves them. Only the loop (through the registered
+    callback) and the parked coroutines hold it."""
+
+    __slots__ = ("loop", "notifier", "futures", "fd", "timer", "seen", "__weakref__")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, notifier: Notifier) -> None:
         self.loop = loop
         self.notifier = notifier
         self.futures: dict[int, asyncio.Future[None]] = {}  # by token
         self.fd = -1  # registered with add_reader (>= 0) while futures are parked
+        self.timer: asyncio.Handle | None = None  # the spin mechanism's callback
+        self.seen = -1  # spin: the core's completion count at the last drain
 
     def park(self, token: int) -> asyncio.Future[None]:
-        """A future for ``token``, resolved when a drain reports it; arms the reader if need be."""
-        if self.fd < 0:
-            self.fd = _add_reader(self.loop, self.notifier, self.on_readable)
+        """A future for ``token``, resolved when a drain reports it; arms the reader (or timer) if need be."""
+        if self.fd < 0 and self.timer is None:
+            notifier = self.notifier
+            if notifier.mechanism == "spin":
+                self.seen = -1
+                self.timer = self.loop.call_soon(self.spin_tick)
+            else:
+                self.fd = _add_reader(self.loop, notifier, self.on_readable)
         fut = self.futures[token] = self.loop.create_future()
         return fut
 
     def disarm(self) -> None:
-        fd, self.fd = self.fd, -1
-        if fd >= 0:
-            _remove_reader(self.loop, self.notifier, fd)
+        fd, timer = self.fd, self.timer
+        self.fd, self.timer = -1, None
+        _stop_watching(self.loop, self.notifier, timer, fd)
 
     def on_readable(self) -> bool:
         """Drain and resolve; True if anything was reported."""
         futures = self.futures
         try:
             notifier = self.notifier
-            notifier.adapter_poll()  # ("poll", "spin": ask the waits that are due; else nothing)
+            notifier.adapter_poll()  # ("poll": ask the waits that are due; else nothing)
             results = notifier.adapter_drain()
         except Exception as exc:  # noqa: BLE001 - the native core failed: fail every waiter rather than hang
             for fut in futures.values():
@@ -139,6 +160,18 @@ class _Parked:
         if not futures:
             self.disarm()
         return bool(results)
+
+    def spin_tick(self) -> None:
+        """The spin mechanism: the loop never sleeps while waits are parked; each
+        pass reads the core's completion count (no system call) and drains when
+        it moved, so a completion reaches the loop in one pass, not a wake-up."""
+        self.timer = None
+        seq = self.notifier.adapter_progress()
+        if seq != self.seen:
+            self.seen = seq
+            self.on_readable()
+        if self.futures:
+            self.timer = self.loop.call_soon(self.spin_tick)
 
 
 class Dispatcher:
