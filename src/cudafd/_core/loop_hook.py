@@ -7,8 +7,8 @@ lives above the core (``cudafd/_loops/``). The core never imports that layer:
 
 * ``wait(target, notifier=...)``: the coroutine of ``cudafd.wait``;
 * ``wait_until(notifier, check)``: a coroutine that returns once ``check()``
-  is true, looking again whenever the Notifier's fd turns readable (or, for
-  the "poll" mechanism, on a backoff timer). A Fence awaits its outcome so;
+  is true, looking again whenever the Notifier's adapter_hold_fd() fd turns
+  readable (for the "poll" mechanism, its timer). A Fence awaits its outcome so;
 * ``running()``: the name of the async library running in this thread
   ("asyncio", "trio", ...) or None; ``Fence.wait()`` warns when it would
   block one.
