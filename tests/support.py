@@ -337,7 +337,8 @@ def core_option(option: int, value: int) -> Iterator[None]:
 
 
 def committed_lateness_run() -> str:
-    """The newest committed GPU run of the benchmark's lateness section (a bench.json under bench/results/)."""
+    """The newest committed GPU run of the benchmark's lateness section (a bench.json under
+    bench/results/, the latest by its date_utc)."""
     import glob
     import json
 
@@ -347,9 +348,9 @@ def committed_lateness_run() -> str:
         with open(path) as f:
             doc = json.load(f)
         if "lateness" in doc.get("sections", {}):
-            found.append(path)
+            found.append((doc.get("date_utc", ""), path))
     assert found, "no committed lateness run under bench/results/"
-    return sorted(found)[-1]
+    return max(found)[1]
 
 
 def child_env(**extra: str) -> dict[str, str]:

@@ -168,8 +168,9 @@ class Notifier:
     plus the time the machine takes to wake the poller and then the loop
     (100-300 µs together on the H200 virtual machine measured:
     docs/performance.md); a long wait costs about 1/max_lateness poller
-    wake-ups per second. Faults surface within it too. Between 1 µs and
-    10 s; ValueError otherwise.
+    wake-ups per second. Faults surface within it too. With "poll" the
+    loop's own thread asks on the same schedule (no poller, no hand-off; a
+    wake of the loop per ask). Between 1 µs and 10 s; ValueError otherwise.
     """
 
     mechanism: str
