@@ -155,3 +155,29 @@ def test_cancelled_watches_are_asked_once_per_budget_until_their_events_are_free
             n.adapter_poll()
         assert not backend._retiring and backend._retire_at == 0
         assert [t for t, _ in n.drain()] == [b if cancel_first else a]
+
+
+def test_the_helper_thread_finds_waits_and_rests_while_completions_wait_for_a_drain(dev):
+    """fileno() users get a helper thread that asks on the schedule; while a
+    completion waits for their drain (the timer then stays readable) it looks
+    again a quarter budget on, rather than spinning on the readable timer."""
+    done_s, long_s = dev.stream(), dev.stream()
+    with cudafd.Notifier("poll", max_lateness=0.02) as n:
+        fd = n.fileno()
+        long_s.launch(5.0)
+        n.watch(long_s)  # keeps the helper running
+        token = n.watch(done_s)  # an idle stream: over at the first ask
+        assert _readable(fd, 10.0), "the helper found the finished wait"
+        backend = n._backend
+        calls = [0]
+        poll = backend.poll
+
+        def counting(everything=True):
+            calls[0] += 1
+            return poll(everything)
+
+        backend.poll = counting
+        time.sleep(0.1)  # nobody drains meanwhile
+        assert calls[0] <= 100 / 5 + 3, calls[0]  # every 5 ms at most, not a spin
+        assert n.drain() == [(token, None)]
+        n.close()
