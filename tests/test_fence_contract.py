@@ -48,6 +48,7 @@ def test_fence_fd_stays_readable_after_done(dev, mechanism, how):
 @pytest.mark.skipif(REAL, reason="a fault ends CUDA for the process on a GPU: tests/test_faults.py runs faults in a subprocess")
 def test_fence_fd_stays_readable_after_a_fault(dev, mechanism):
     s = dev.stream()
+    s.launch(0.5)  # the fault comes after the fence is made, however loaded the machine
     s.launch(0.01, fault=True)
     with cudafd.fence(s, mechanism=mechanism) as f:
         with pytest.raises(cudafd.CudaError):
@@ -149,6 +150,7 @@ def test_poll_notifier_fd_becomes_readable_by_itself(dev):
         # later watches are found too, including after the helper went idle
         time.sleep(0.05)
         s2.launch(0.03)
+        s1.launch(0.5)  # the fault comes after both watches, however loaded the machine
         s1.launch(0.01, fault=True)
         t2, t3 = n.watch(s2), n.watch(s1)
         got: dict[int, object] = {}

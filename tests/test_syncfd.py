@@ -156,6 +156,7 @@ def test_a_fault_raises_through_the_backstop_and_the_fd_turns_readable(dev):
     waiter of the context, and the fence's fd turns readable once the fault is known."""
     s, other = dev.stream(), dev.stream()
     other.launch(5.0)
+    s.launch(0.5)  # the fault comes after the fences are made, however loaded the machine
     s.launch(0.01, fault=True)
     with cudafd.fence(s, "syncfd") as f, cudafd.fence(other, "syncfd") as g:
         assert not _readable(f.fileno(), 0.05)

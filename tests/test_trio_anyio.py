@@ -300,7 +300,7 @@ def test_fence_awaited_by_several_tasks(dev, mechanism):
     s = dev.stream()
 
     async def main():
-        s.launch(0.05)
+        s.launch(0.5)  # outlasts the first task's 5 ms however loaded the machine
         with cudafd.fence(s, mechanism=mechanism) as f:
             results = []
 

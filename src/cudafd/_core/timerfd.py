@@ -16,6 +16,15 @@ _CLOCK_MONOTONIC = 1  # the clock of time.monotonic_ns() and of the native core
 _TFD_TIMER_ABSTIME = 1
 
 
+_LIBC: list = []  # libc, loaded once: find_library runs a subprocess
+
+
+def _libc():
+    if not _LIBC:
+        _LIBC.append(ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True))
+    return _LIBC[0]
+
+
 class _Timespec(ctypes.Structure):
     _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
 
@@ -33,7 +42,7 @@ class OneShot:
         if hasattr(os, "timerfd_create"):
             self._fd = os.timerfd_create(_CLOCK_MONOTONIC, flags=os.TFD_NONBLOCK | os.TFD_CLOEXEC)
             return
-        self._libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        self._libc = _libc()
         self._spec = _Itimerspec()
         self._spec_ref = ctypes.byref(self._spec)
         self._fd = self._libc.timerfd_create(_CLOCK_MONOTONIC, os.O_NONBLOCK | os.O_CLOEXEC)
