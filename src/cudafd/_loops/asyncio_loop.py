@@ -36,8 +36,10 @@ its readers) is collected, and its default Notifier closed, like any other;
 a Notifier of the user's used under many loops keeps nothing of any.
 
 Facts relied on: asyncio runs callbacks on the loop's thread only, so this
-state needs no lock; the Notifier's fd is level-triggered, so a reader that
-drains everything never misses a completion; a loop without add_reader (the
+state needs no lock; the fd the reader registers is level-triggered (the
+"poll" mechanism's timer stays readable until re-armed, and is readable
+while completions are queued), so a reader that asks and drains everything
+never misses a completion; a loop without add_reader (the
 Windows proactor loop) raises NotImplementedError.
 
 A Notifier serves one loop at a time: a wait from a second loop (or trio

@@ -47,8 +47,9 @@ started on a closed Notifier raises ClosedError.
 
 Facts relied on: a trio run executes its tasks on one thread, so the state
 here needs no lock; abort callbacks run synchronously on that thread and
-never after reschedule(); the Notifier's fd is level-triggered (readable
-exactly while completions are queued, and after close), so a reader that
+never after reschedule(); the fd the reader waits on is level-triggered
+(readable exactly while completions are queued, and after close; the "poll"
+mechanism's timer also while an ask is due), so a reader that asks and
 drains after every wake never misses a completion, whoever held the role
 before it.
 
