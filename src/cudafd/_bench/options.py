@@ -103,7 +103,7 @@ QUICK: dict[str, Any] = {
         "warmup": 2,
         "torch": True,
         "soft_s": 20,
-        "hard_s": 60,  # the H200 suite's 4 workers once made a quick run take 36 s
+        "hard_s": 60,  # under the H200 suite's 4 workers a quick run takes up to ~36 s
     },
 }
 

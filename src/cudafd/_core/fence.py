@@ -12,10 +12,11 @@ wakes too.
 
 Blocking use: ``wait(timeout)`` sleeps in poll(2) on the fd (no GIL held, no
 thread of ours busy); with the "poll" mechanism on the Notifier's timer,
-asking the driver whenever it fires (the schedule of policy.py). It takes any timeout threading.Event.wait takes, and
-more: ``None``, ``float('inf')`` or a huge number wait without limit (poll(2)
-is given at most an hour at a time), zero, a negative number or NaN look once. Async use: ``await fence`` waits through the running
-loop's adapter. A fault in the awaited work raises CudaError from wait(),
+asking the driver whenever it fires (the schedule of policy.py). It takes
+any timeout threading.Event.wait takes, and more: ``None``, ``float('inf')``
+or a huge number wait without limit (poll(2) is given at most an hour at a
+time), zero, a negative number or NaN look once. Async use: ``await fence``
+waits through the running loop's adapter. A fault in the awaited work raises CudaError from wait(),
 result() and await. close() detaches the wait (the GPU work is not
 cancelled); a fence closed before it finished reports ClosedError.
 

@@ -214,9 +214,9 @@ class Notifier:
 
         With the "poll" mechanism nothing native watches the GPU, so the first
         fileno() starts a helper thread (Python, one per Notifier) that asks
-        about the pending waits on the mechanism's schedule (each after
-        1/16 of its age, within max_lateness/4 and max_lateness), and
-        ends when none is pending: the fd then turns readable by itself, as with the
+        about the pending waits on the mechanism's schedule (each after 1/16
+        of its age, within max_lateness/4 and max_lateness), and ends when
+        none is pending: the fd then turns readable by itself, as with the
         other mechanisms. The helper keeps the Notifier alive while it runs.
         """
         if self._released:

@@ -34,9 +34,9 @@ adapter object. An adapter whose loop runs the tasks it wakes together in no
 set order (trio) also keeps the watched waits of each target in a
 :class:`Lane` and wakes a reported wait only when it is first in its lane.
 
-Asking again: whoever asks the driver about a wait it did not find over
-(the "poll" mechanism's backend, a Fence's blocking wait, jax_ready) asks
-again after :func:`ask_interval_ns` of the wait's age: 1/ASK_RATIO of it,
+Asking again: the "poll" mechanism's backend (whose timer the loop adapters,
+a Fence's blocking wait and its helper thread sleep on) asks about a wait it
+did not find over again after :func:`ask_interval_ns` of the wait's age: 1/ASK_RATIO of it,
 but not sooner than a quarter of the wait's budget (its Notifier's
 max_lateness) nor later than the budget. The native core's poller uses the
 same schedule (native/core/waiters.c, cfd_poll_interval). A wait is found

@@ -46,6 +46,7 @@ helper thread takes the Notifier's lock too).
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import sys
@@ -119,7 +120,6 @@ class PollBackend:
         self._retiring: list[tuple[int, int]] = []  # (event, ctx) of cancelled watches
         self._pool: dict[int, list[int]] = {}  # ctx -> idle events
         self._nevents = 0
-        self._found = 0  # completions poll() found, ever
         self._signalled = False
         self._closed = False
         self._owner: weakref.ref[object] | None = None  # the Notifier whose fileno() asked for the helper
@@ -335,10 +335,7 @@ class PollBackend:
             return
         self._refuse_if_forked()
         now = time.monotonic_ns()
-        if everything:
-            now_due = now + 2 * self._budget  # every plan is due by then
-        else:
-            now_due = now
+        now_due = math.inf if everything else now
         query = self._drv.cuEventQuery  # type: ignore[attr-defined]
         done = self._done
         before = len(done)
@@ -392,10 +389,8 @@ class PollBackend:
                     self._give_event(ev, ctx, res)
             self._retiring = still
             self._retire_at = now + self._budget if still else 0
-        if len(done) > before:
-            self._found += len(done) - before
-            if not self._signalled:
-                self.signal()
+        if len(done) > before and not self._signalled:
+            self.signal()
         self._arm()
 
     def drain(self, clear_fd: bool) -> list[tuple[int, int]]:
@@ -444,8 +439,7 @@ class PollBackend:
         self._arm()  # at once, for good: readers drain the close
 
     def destroy(self) -> None:
-        if self._fd >= 0:
-            self.close()
+        self.close()
         fd, self._fd = self._fd, -1
         if fd >= 0:
             os.close(fd)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 
 __all__ = ["OneShot"]
@@ -16,13 +17,10 @@ _CLOCK_MONOTONIC = 1  # the clock of time.monotonic_ns() and of the native core
 _TFD_TIMER_ABSTIME = 1
 
 
-_LIBC: list = []  # libc, loaded once: find_library runs a subprocess
-
-
-def _libc():
-    if not _LIBC:
-        _LIBC.append(ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True))
-    return _LIBC[0]
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    """libc, loaded once (find_library runs a subprocess)."""
+    return ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 
 
 class _Timespec(ctypes.Structure):

@@ -15,10 +15,10 @@ core's completion count moved (Notifier.adapter_progress), so the loop never
 sleeps (one core, like ``sleep(0)`` polling) and a completion reaches it
 without a thread wake-up.
 
-With the "poll" mechanism no thread writes the fd: the reader
-is registered on the Notifier's timer instead (adapter_hold_fd), which the
-backend arms for when the next wait is due to be asked, and the callback
-asks (adapter_poll) before it drains. The loop's own thread asks the driver,
+With the "poll" mechanism no thread writes the fd: the reader is registered
+on the Notifier's timer instead (adapter_hold_fd), which the backend arms
+for when the next wait is due to be asked, and the callback asks
+(adapter_poll) before it drains. The loop's own thread asks the driver,
 woken by that timer.
 
 Cancellation (task.cancel(), asyncio.timeout) lands in the ``finally`` of

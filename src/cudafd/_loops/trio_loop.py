@@ -25,10 +25,10 @@ only once every earlier wait of its lane has returned (or left): waits on
 one stream return in the order they were started, as under asyncio. Waits
 on different targets are woken together.
 
-With the "poll" mechanism no thread writes the fd: the reader
-waits on the Notifier's timer instead (adapter_hold_fd), which the backend
-arms for when the next wait is due to be asked (a new wait moves it
-earlier), and asks (adapter_poll) before it drains.
+With the "poll" mechanism no thread writes the fd: the reader waits on the
+Notifier's timer instead (adapter_hold_fd), which the backend arms for when
+the next wait is due to be asked (a new wait moves it earlier), and asks
+(adapter_poll) before it drains.
 
 Cancellation (``trio.move_on_after``, ``fail_after``, any cancel scope,
 anyio's scopes) detaches the wait: the abort callback cancels the token at
