@@ -85,6 +85,9 @@
 #ifndef POLL_FLOOR_DIV
 #define POLL_FLOOR_DIV 4 /* ... but not sooner than a quarter of its budget, nor later than the budget */
 #endif
+#ifndef SPIN_RELAX
+#define SPIN_RELAX 64 /* pause instructions between two spinning rounds */
+#endif
 #define COALESCE_DIV 4 /* a lane may be asked this fraction of its interval early */
 
 static void *poller_main(void *arg);
@@ -350,7 +353,7 @@ static void *poller_main(void *arg)
         }
         if (nspin > 0) { /* spinning: no sleep, but let watchers take the lock */
             pthread_mutex_unlock(&g.mu);
-            for (int i = 0; i < 64; i++)
+            for (int i = 0; i < SPIN_RELAX; i++)
                 cfd_cpu_relax();
             pthread_mutex_lock(&g.mu);
         }

@@ -10,10 +10,17 @@ resolves the futures of the tokens it got, in the order the core found
 them, and futures resolved in one callback resume in that order.
 
 The "spin" mechanism spins in the loop too: while futures are parked, a
-``call_soon`` callback runs at every pass of the loop and drains when the
-core's completion count moved (Notifier.adapter_progress), so the loop never
-sleeps (one core, like ``sleep(0)`` polling) and a completion reaches it
-without a thread wake-up.
+``call_soon`` callback runs at every pass of the loop. It drains when the
+core's completion count moved (Notifier.adapter_progress), and it asks each
+stream a parked wait is on whether it is idle (Notifier.adapter_done_now: one
+cuStreamQuery): an idle stream has finished all the work enqueued on it, the
+wait's point included, so its waits are over and their tokens are cancelled.
+The loop never sleeps (one core, like ``sleep(0)`` polling), and the end of a
+lone stream's work reaches it in the pass that asks, without going through
+the core's poller (which hands a completion over 8-22 us after a query of
+its own would see it on the H200: docs/performance.md). A stream
+that stays busy with later work, an event target and a fault are reported by
+the core as for any mechanism.
 
 With the "poll" mechanism no thread writes the fd: the reader is registered
 on the Notifier's timer instead (adapter_hold_fd), which the backend arms
@@ -56,7 +63,7 @@ from collections.abc import Callable
 from .._core.errors import CudafdError
 from .._core.notifier import Notifier
 from .._core.policy import WaitPolicy
-from .._core.targets import INT_TARGETS, resolve
+from .._core.targets import INT_TARGETS, Target, resolve
 
 __all__ = [
     "Dispatcher",
@@ -110,27 +117,37 @@ class _Parked:
     timer) that resolves them. Only the loop (through the registered
     callback) and the parked coroutines hold it."""
 
-    __slots__ = ("loop", "notifier", "futures", "fd", "timer", "seen", "__weakref__")
+    __slots__ = ("loop", "notifier", "futures", "asks", "fd", "timer", "seen", "__weakref__")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, notifier: Notifier) -> None:
         self.loop = loop
         self.notifier = notifier
         self.futures: dict[int, asyncio.Future[None]] = {}  # by token
+        self.asks: dict[int, Target] = {}  # spin: the parked waits on streams, by token
         self.fd = -1  # registered with add_reader (>= 0) while futures are parked
         self.timer: asyncio.Handle | None = None  # the spin mechanism's callback
         self.seen = -1  # spin: the core's completion count at the last drain
 
-    def park(self, token: int) -> asyncio.Future[None]:
-        """A future for ``token``, resolved when a drain reports it; arms the reader (or timer) if need be."""
+    def park(self, token: int, t: Target) -> asyncio.Future[None]:
+        """A future for ``token`` (a wait on ``t``), resolved when a drain reports it, or for
+        spin when its stream is idle; arms the reader (or spin callback) if need be."""
+        spin = self.notifier.mechanism == "spin"
         if self.fd < 0 and self.timer is None:
-            notifier = self.notifier
-            if notifier.mechanism == "spin":
+            if spin:
                 self.seen = -1
                 self.timer = self.loop.call_soon(self.spin_tick)
             else:
-                self.fd = _add_reader(self.loop, notifier, self.on_readable)
+                self.fd = _add_reader(self.loop, self.notifier, self.on_readable)
         fut = self.futures[token] = self.loop.create_future()
+        if spin and t.kind == "stream":
+            self.asks[token] = t
         return fut
+
+    def forget(self, token: int) -> None:
+        """``token`` was not reported and its wait ends (cancelled): drop it, cancel it in the core."""
+        del self.futures[token]
+        self.asks.pop(token, None)
+        self.notifier.cancel(token)
 
     def disarm(self) -> None:
         fd, timer = self.fd, self.timer
@@ -149,10 +166,14 @@ class _Parked:
                 if not fut.done():
                     fut.set_exception(exc)
             futures.clear()
+            self.asks.clear()
             self.disarm()
             return True
+        asks = self.asks
         for token, exc in results:
             fut = futures.pop(token, None)
+            if asks:
+                asks.pop(token, None)
             if fut is None or fut.done():
                 continue
             if exc is None:
@@ -166,14 +187,34 @@ class _Parked:
     def spin_tick(self) -> None:
         """The spin mechanism: the loop never sleeps while waits are parked; each
         pass reads the core's completion count (no system call) and drains when
-        it moved, so a completion reaches the loop in one pass, not a wake-up."""
+        it moved, then asks the streams of the parked waits (ask_streams)."""
         self.timer = None
         seq = self.notifier.adapter_progress()
         if seq != self.seen:
             self.seen = seq
             self.on_readable()
+        if self.asks:
+            self.ask_streams()
         if self.futures:
             self.timer = self.loop.call_soon(self.spin_tick)
+
+    def ask_streams(self) -> None:
+        """spin: resolve the parked waits whose stream is idle (module docstring), in park
+        order; their tokens are cancelled, so the core never reports them."""
+        notifier, futures, asks = self.notifier, self.futures, self.asks
+        idle: dict[int, bool] = {}
+        for token, t in list(asks.items()):
+            done = idle.get(t.handle)
+            if done is None:
+                done = idle[t.handle] = notifier.adapter_done_now(t)
+            if done:
+                del asks[token]
+                fut = futures.pop(token, None)
+                notifier.cancel(token)
+                if fut is not None and not fut.done():
+                    fut.set_result(None)
+        if not futures:
+            self.disarm()
 
 
 class Dispatcher:
@@ -210,17 +251,17 @@ class Dispatcher:
                 if token is None:
                     await asyncio.sleep(0)
                 else:
-                    await self._park(loop, notifier, token)
+                    await self._park(loop, notifier, token, t)
         finally:
             steps.close()
 
-    async def _park(self, loop: asyncio.AbstractEventLoop, notifier: Notifier, token: int) -> None:
+    async def _park(self, loop: asyncio.AbstractEventLoop, notifier: Notifier, token: int, t: Target) -> None:
         parked = self._parked()
         if parked is None:
             parked = _Parked(loop, notifier)
             self._parked = weakref.ref(parked)
         try:
-            fut = parked.park(token)
+            fut = parked.park(token, t)
         except BaseException:
             notifier.cancel(token)
             raise
@@ -229,8 +270,7 @@ class Dispatcher:
             await fut
         finally:
             if token in futures:  # not reported: cancelled, or the coroutine was closed
-                del futures[token]
-                notifier.cancel(token)
+                parked.forget(token)
             if not futures:
                 parked.disarm()
                 if self._parked() is parked:
