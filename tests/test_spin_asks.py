@@ -66,7 +66,9 @@ def test_an_idle_stream_ends_its_parked_waits_in_order_and_cancels_their_tokens(
         n.idle[0xA] = True
         n.asked.clear()
         p.spin_tick()
-        loop.run_until_complete(asyncio.sleep(0))  # the done callbacks run
+        assert a1.done() and a2.done()
+        assert n.cancelled == [], "the core's lock was taken before the resumed tasks ran"
+        loop.run_until_complete(asyncio.sleep(0))  # the done callbacks, then the cancels, run
         assert a1.done() and a2.done() and not b.done() and not ev.done()
         assert order == [1, 3]
         assert n.cancelled == [1, 3], "the core would report the waits the loop ended"
@@ -74,6 +76,8 @@ def test_an_idle_stream_ends_its_parked_waits_in_order_and_cancels_their_tokens(
 
         n.idle[0xB] = True
         p.spin_tick()
+        loop.run_until_complete(asyncio.sleep(0))
+        assert n.cancelled == [1, 3, 2]
         assert b.done() and not ev.done() and set(p.futures) == {4} and not p.asks
         assert p.timer is not None, "the spin callback stopped while a wait is parked"
         p.futures.pop(4).cancel()

@@ -102,6 +102,11 @@ def _remove_reader(loop: asyncio.AbstractEventLoop, notifier: Notifier, fd: int)
         notifier.adapter_release_fd()
 
 
+def _cancel_each(notifier: Notifier, tokens: list[int]) -> None:
+    for token in tokens:
+        notifier.cancel(token)
+
+
 def _stop_watching(
     loop: asyncio.AbstractEventLoop | None, notifier: Notifier, timer: asyncio.TimerHandle | None, fd: int
 ) -> None:
@@ -200,19 +205,25 @@ class _Parked:
 
     def ask_streams(self) -> None:
         """spin: resolve the parked waits whose stream is idle (module docstring), in park
-        order; their tokens are cancelled, so the core never reports them."""
+        order. Their tokens are cancelled, so the core never reports them, after
+        the resumed tasks ran: a cancel takes the core's lock, which its spinning
+        poller holds most of the time, and a contended lock puts the loop's
+        thread to sleep."""
         notifier, futures, asks = self.notifier, self.futures, self.asks
         idle: dict[int, bool] = {}
+        ended = []
         for token, t in list(asks.items()):
             done = idle.get(t.handle)
             if done is None:
                 done = idle[t.handle] = notifier.adapter_done_now(t)
             if done:
                 del asks[token]
+                ended.append(token)
                 fut = futures.pop(token, None)
-                notifier.cancel(token)
                 if fut is not None and not fut.done():
                     fut.set_result(None)
+        if ended:
+            self.loop.call_soon(_cancel_each, notifier, ended)
         if not futures:
             self.disarm()
 
