@@ -63,7 +63,10 @@ def main() -> None:
         late.record(stream)
         token = n.watch(stream)
         t: dict[str, float] = {}
+        deadline = perf() + 10 + s
         while len(t) < 5:
+            if perf() > deadline:
+                raise SystemExit(f"not everything read done 10 s after a {s * 1e6:.0f} us kernel: {sorted(t)}")
             if "timing" not in t and timing.query():
                 t["timing"] = perf()
             if "plain" not in t and plain.query():
@@ -77,7 +80,8 @@ def main() -> None:
         for k in KEYS:
             seen[s][k].append((t[k] - t["timing"]) * 1e6)
     n.close()
-    print(f"first seen done, minus the timing event's first, p50/p99 us ({args.reps} reps each, {torch.cuda.get_device_name()})")
+    gpu = torch.cuda.get_device_name()
+    print(f"first seen done, minus the timing event's first, p50/p99 us ({args.reps} reps each, {gpu})")
     print(f"{'kernel':>8}" + "".join(f"{k:>16}" for k in KEYS))
     for s in LENGTHS_S:
         cells = []

@@ -17,8 +17,8 @@ cuStreamQuery): an idle stream has finished all the work enqueued on it, the
 wait's point included, so its waits are over and their tokens are cancelled.
 The loop never sleeps (one core, like ``sleep(0)`` polling), and the end of a
 lone stream's work reaches it in the pass that asks, without going through
-the core's poller (which hands a completion over 8-22 us after a query of
-its own would see it on the H200: docs/performance.md). A stream
+the core's poller (which hands a completion over 12-14 us after a query
+of its own would see it on the H200: docs/performance.md). A stream
 that stays busy with later work, an event target and a fault are reported by
 the core as for any mechanism.
 
