@@ -43,7 +43,7 @@ extern "C" {
 #endif
 
 /* Bumped on every incompatible change of this header. */
-#define CUDAFD_ABI_VERSION 2
+#define CUDAFD_ABI_VERSION 3
 
 /* Return codes (negative). */
 #define CUDAFD_OK 0
@@ -140,6 +140,21 @@ const uint64_t *cudafd_notifier_seq(const cudafd_notifier *n);
 /* The same counter's value, read with acquire order (0 for NULL): for
  * callers that cannot make an atomic load themselves (ctypes, say). */
 uint64_t cudafd_notifier_seq_now(const cudafd_notifier *n);
+/* Ask now, on the calling thread, whether the pending waits of an event or
+ * spin notifier are over (one cuEventQuery for each wait that may be next on
+ * its stream), and queue the completions of those that are, faults
+ * included, as the poller would; drain them as usual. For a caller that
+ * runs a pass anyway (an event loop that never sleeps): the end reaches it
+ * without a hand-over from the poller's thread. Returns how many it queued
+ * (>= 0); CUDAFD_E_INVALID for another mechanism, CUDAFD_E_CLOSED once
+ * closed. Any thread. */
+int cudafd_ask(cudafd_notifier *n);
+/* A spin notifier whose caller calls cudafd_ask() at every pass while it
+ * has waits (on: nonzero): its waits watched from now on are asked by the
+ * poller only on the event mechanism's schedule (a backstop), so the poller
+ * does not spin on them; off: they spin again. CUDAFD_E_INVALID for another
+ * mechanism. */
+int cudafd_notifier_set_asking(cudafd_notifier *n, int on);
 /* Make now every stream the notifier's waits in `stream`'s context may need
  * later (side streams: hostfunc points, waits on events), so that no later
  * watch creates one. Optional, and best called before the work

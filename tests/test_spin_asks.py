@@ -1,110 +1,139 @@
-"""The spin mechanism under asyncio and uvloop: the loop asks the streams of
-its parked waits at every pass, and an idle stream ends its waits there
-(cudafd/_loops/asyncio_loop.py, _Parked.ask_streams); whatever the loop's
-ask does not end, the core reports as for any mechanism.
+"""The spin mechanism under asyncio and uvloop: the loop asks the core about
+its parked waits at every pass (Notifier.adapter_ask, cudafd_ask), and the
+core's poller, told so by the claim (asks=True), backs it up on the event
+schedule instead of spinning (cudafd/_loops/asyncio_loop.py, native/core/ask.c).
 """
 from __future__ import annotations
 
 import asyncio
 import importlib.util
+import time
 
 import pytest
-from support import run
+from support import REAL, run
 
-from cudafd._core.targets import Target
+import cudafd
+from cudafd._core.errors import CudafdError
 from cudafd._loops.asyncio_loop import _Parked
 
 ASYNCIO_LOOPS = ["asyncio"] + (["uvloop"] if importlib.util.find_spec("uvloop") else [])
+LATE_S = 5.0  # a max_lateness whose poller asks first after 1.25 s: an earlier end is the loop's ask
 
 
-class _StubNotifier:
-    """What _Parked uses of a spin Notifier, with the streams' answers set by the test."""
-
-    mechanism = "spin"
-
-    def __init__(self) -> None:
-        self.idle: dict[int, bool] = {}
-        self.asked: list[int] = []
-        self.cancelled: list[int] = []
-
-    def adapter_done_now(self, t: Target) -> bool:
-        self.asked.append(t.handle)
-        return self.idle.get(t.handle, False)
-
-    def adapter_progress(self) -> int:
-        return 0
-
-    def adapter_poll(self) -> None:
-        pass
-
-    def adapter_drain(self) -> list:
-        return []
-
-    def cancel(self, token: int) -> bool:
-        self.cancelled.append(token)
+class _Owner:
+    def busy(self) -> bool:
         return True
 
 
-def test_an_idle_stream_ends_its_parked_waits_in_order_and_cancels_their_tokens():
+def _queries_during_unasked_wait(dev, asks: bool) -> int:
+    """The core's queries while one spin wait on a 300 ms kernel runs and nothing but the poller asks."""
+    s = dev.stream()
+    with cudafd.Notifier("spin") as n:
+        owner = _Owner()
+        n.adapter_claim(owner, asks=asks)
+        s.launch(0.3)
+        before = cudafd.stats()["queries"]
+        token = n.watch(s)
+        s.synchronize()
+        during = cudafd.stats()["queries"] - before
+        deadline = time.monotonic() + 10
+        while token not in {t for t, _ in n.drain()}:  # the poller finds it either way
+            assert time.monotonic() < deadline, "a wait left to its caller's asks was never found"
+            time.sleep(0.001)
+    return during
+
+
+def test_a_spin_notifier_left_to_its_loop_is_not_spun_on(dev):
+    """While the loop asks (the claim's asks=True), the poller asks on the event
+    schedule (~800 queries over 300 ms), not in every round."""
+    asked = _queries_during_unasked_wait(dev, asks=True)
+    spun = _queries_during_unasked_wait(dev, asks=False)
+    assert asked < 2000, f"{asked} queries: the poller spun on a wait its loop asks about"
+    assert spun > 5 * asked, f"spinning made {spun} queries against {asked}: the count shows nothing"
+
+
+def test_the_spin_callback_asks_at_every_pass_and_a_failed_ask_fails_the_waits():
+    class Stub:
+        mechanism = "spin"
+
+        def __init__(self) -> None:
+            self.asks = 0
+            self.broken = False
+
+        def adapter_ask(self) -> None:
+            self.asks += 1
+            if self.broken:
+                raise CudafdError("the core failed")
+
+        def adapter_progress(self) -> int:
+            return 0
+
+        def adapter_poll(self) -> None:
+            pass
+
+        def adapter_drain(self) -> list:
+            return []
+
+        def cancel(self, token: int) -> bool:
+            return True
+
     loop = asyncio.new_event_loop()
     try:
-        n = _StubNotifier()
+        n = Stub()
         p = _Parked(loop, n)  # type: ignore[arg-type]
-        a1 = p.park(1, Target("stream", 0xA, None))
-        b = p.park(2, Target("stream", 0xB, None))
-        a2 = p.park(3, Target("stream", 0xA, None))
-        ev = p.park(4, Target("event", 0xE, None))
-        order: list[int] = []
-        for token, fut in ((1, a1), (2, b), (3, a2), (4, ev)):
-            fut.add_done_callback(lambda _f, token=token: order.append(token))
-
-        p.spin_tick()
-        assert not any(f.done() for f in (a1, b, a2, ev)), "a busy stream ended a wait"
-        assert sorted(set(n.asked)) == [0xA, 0xB], "an event target was asked, or a stream was not"
-        assert n.asked.count(0xA) == 1, "one stream was asked twice in one pass"
-
-        n.idle[0xA] = True
-        n.asked.clear()
-        p.spin_tick()
-        assert a1.done() and a2.done()
-        assert n.cancelled == [], "the core's lock was taken before the resumed tasks ran"
-        loop.run_until_complete(asyncio.sleep(0))  # the done callbacks, then the cancels, run
-        assert a1.done() and a2.done() and not b.done() and not ev.done()
-        assert order == [1, 3]
-        assert n.cancelled == [1, 3], "the core would report the waits the loop ended"
-        assert set(p.asks) == {2} and set(p.futures) == {2, 4}
-
-        n.idle[0xB] = True
-        p.spin_tick()
-        loop.run_until_complete(asyncio.sleep(0))
-        assert n.cancelled == [1, 3, 2]
-        assert b.done() and not ev.done() and set(p.futures) == {4} and not p.asks
-        assert p.timer is not None, "the spin callback stopped while a wait is parked"
-        p.futures.pop(4).cancel()
-        p.disarm()
+        fut = p.park(7)
+        loop.run_until_complete(asyncio.sleep(0.01))
+        assert n.asks > 1 and not fut.done(), "the loop did not ask at every pass"
+        n.broken = True
+        loop.run_until_complete(asyncio.sleep(0.01))
+        assert fut.done() and isinstance(fut.exception(), CudafdError), "a failed ask left the wait hanging"
+        assert p.timer is None and not p.futures
     finally:
         loop.close()
 
 
+async def _timed_wait(s, n, seconds: float) -> tuple[float, bool]:
+    s.launch(seconds)
+    t0 = time.monotonic()
+    await cudafd.wait(s, notifier=n)
+    return time.monotonic() - t0, s.idle()
+
+
 @pytest.mark.parametrize("flavor", ASYNCIO_LOOPS)
-def test_a_spin_wait_on_a_stream_kept_busy_ends_with_its_own_work(dev, flavor):
-    """A wait whose stream gets more work after the wait began is not held until
-    the stream is idle: the core reports its point, as for any mechanism."""
+def test_the_loops_ask_ends_a_spin_wait_before_the_poller_would(dev, flavor):
     s = dev.stream()
 
     async def body(api):
-        n = api.notifier
-        s.launch(0.05)
-        waiter = asyncio.ensure_future(api.wait(s))
-        while n.pending == 0:  # the wait watched: its point is behind the 50 ms kernel only
-            await asyncio.sleep(0)
-        s.launch(2.0)  # later work: the stream stays busy for 2 s more
-        await waiter
-        busy = not s.idle()
-        s.synchronize()
-        return busy
+        with cudafd.Notifier("spin", max_lateness=LATE_S) as n:
+            return [await _timed_wait(s, n, 0.02) for _ in range(3)]
 
-    assert run(flavor, "spin", body), "the wait ended only once the later work had"
+    for took, idle in run(flavor, "spin", body):
+        assert idle, "a wait ended before its work"
+        assert took < LATE_S / 4, f"the wait took {took:.3f} s: nothing but the poller found it"
+
+
+@pytest.mark.parametrize("flavor", ASYNCIO_LOOPS)
+def test_a_spin_wait_on_a_stream_kept_busy_ends_with_its_own_work(dev, flavor):
+    """A wait whose stream gets more work after the wait began ends with its own
+    point, found by the loop's ask (its event), not once the stream is idle."""
+    s = dev.stream()
+
+    async def body(api):
+        with cudafd.Notifier("spin", max_lateness=LATE_S) as n:
+            s.launch(0.05)
+            t0 = time.monotonic()
+            waiter = asyncio.ensure_future(cudafd.wait(s, notifier=n))
+            while n.pending == 0:  # the wait watched: its point is behind the 50 ms kernel only
+                await asyncio.sleep(0)
+            s.launch(3.0)  # later work: the stream stays busy for 3 s more
+            await waiter
+            took, busy = time.monotonic() - t0, not s.idle()
+            s.synchronize()
+            return took, busy
+
+    took, busy = run(flavor, "spin", body)
+    assert busy, "the wait ended only once the later work had"
+    assert took < LATE_S / 4, f"the wait took {took:.3f} s: the loop's ask did not find it"
 
 
 @pytest.mark.parametrize("flavor", ASYNCIO_LOOPS)
@@ -124,3 +153,20 @@ def test_spin_waits_on_many_streams_all_end_and_leave_nothing(dev, flavor):
     pending, stats = run(flavor, "spin", body)
     assert pending == 0
     assert stats["awaited"] == 0 and stats["fd_holds"] == 0, stats
+
+
+@pytest.mark.skipif(REAL, reason="a fault poisons the GPU's primary context: test_faults runs real faults in subprocesses")
+@pytest.mark.parametrize("flavor", ASYNCIO_LOOPS)
+def test_a_fault_reaches_a_spin_wait_through_the_loops_ask(dev, flavor):
+    s = dev.stream()
+
+    async def body(api):
+        with cudafd.Notifier("spin", max_lateness=LATE_S) as n:
+            s.launch(0.01, fault=True)
+            t0 = time.monotonic()
+            with pytest.raises(cudafd.CudaError):
+                await cudafd.wait(s, notifier=n)
+            return time.monotonic() - t0
+
+    took = run(flavor, "spin", body)
+    assert took < LATE_S / 4, f"the fault took {took:.3f} s to reach the wait"

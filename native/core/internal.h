@@ -143,13 +143,23 @@ typedef struct cfd_lane {
     int64_t since;     /* when the current head became head */
     int64_t next_poll; /* when the poller asks it next */
     int64_t step;      /* the interval that planned next_poll (0: ask at once) */
+    uint32_t ask_round; /* the last cudafd_ask snapshot that took it (ask.c) */
 } cfd_lane;
+
+/* The lane kind of a spin notifier's waits while its caller asks about them
+ * itself (ask.c): the poller asks such lanes on the event schedule. */
+#define CFD_LANE_ASKED 16
+int cfd_lane_kind(const struct cudafd_notifier *n); /* the lane key's mech for n's new waits; g.mu held */
 
 cfd_wait *cfd_wait_lookup(uint64_t token); /* g.mu held */
 /* Deliver the result of w, unlink it from its notifier and free it. g.mu held.
  * from_hostfn: running on the driver's callback thread, where no driver call
  * is allowed (idle events are parked rather than destroyed). */
 void cfd_wait_complete(cfd_wait *w, int64_t status, bool from_hostfn);
+/* Report w's result to its notifier (if it has one) and detach it, leaving it
+ * in its lane for the poller to pop (ask.c); a sticky status dooms the
+ * context's other waits too. g.mu held. */
+void cfd_wait_report(cfd_wait *w, int64_t status);
 void cfd_lane_pop(cfd_lane *l, int64_t status); /* complete the head; g.mu held */
 /* A driver error seen in cx: if sticky, report it to every wait of cx. g.mu held. */
 void cfd_note_fault(cfd_ctx *cx, int64_t status);
@@ -174,6 +184,7 @@ struct cudafd_notifier {
     size_t qhead, qlen, qcap;
     uint64_t seq; /* completions pushed (and closes): readable without a lock */
     int64_t max_lateness; /* ns: how late its waits may be found (waiters.c); g.mu */
+    bool asking;          /* spin: its caller asks about its waits itself (ask.c); g.mu */
     uint32_t fork_gen;    /* g.fork_gen at creation: another value means inherited across fork() (fork.c) */
 };
 /* queue.c: queue a completion, writing the eventfd if the queue was empty */
@@ -184,6 +195,7 @@ void cfd_notifier_signal(struct cudafd_notifier *n); /* make the eventfd readabl
 /* CUDAFD_OK, or CUDAFD_E_STATE in a child forked after this process used the
  * driver: CUDA cannot be used there. */
 int cfd_fork_check(void);
+int cfd_inherited_error(void); /* CUDAFD_E_STATE: a notifier made before a fork(), used in the child */
 static inline bool cfd_inherited(const struct cudafd_notifier *n);
 
 /* ---- the poller (waiters.c) and the hostfunc watchdog (hostfunc.c) ---- */

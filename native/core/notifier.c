@@ -80,7 +80,7 @@ CFD_API uint64_t cudafd_notifier_seq_now(const cudafd_notifier *n)
 
 /* A notifier made before a fork(), used in the child: its waits are the
  * parent's (fork.c). */
-static int inherited_error(void)
+int cfd_inherited_error(void)
 {
     return cfd_fail(CUDAFD_E_STATE, "this notifier was made before a fork(): in the child it can only be "
                                     "closed; CUDA cannot be used in a process forked after its parent used "
@@ -93,7 +93,7 @@ CFD_API int cudafd_drain(cudafd_notifier *n, cudafd_completion *out, int max)
     if (!n || (!out && max > 0) || max < 0)
         return cfd_fail(CUDAFD_E_INVALID, "bad drain arguments");
     if (cfd_inherited(n))
-        return inherited_error();
+        return cfd_inherited_error();
     pthread_mutex_lock(&n->mu);
     int rc;
     if (n->closed && n->qlen == 0) {
@@ -119,7 +119,7 @@ CFD_API int cudafd_notifier_pending(const cudafd_notifier *n)
     if (!n)
         return cfd_fail(CUDAFD_E_INVALID, "notifier is NULL");
     if (cfd_inherited(n))
-        return inherited_error();
+        return cfd_inherited_error();
     cudafd_notifier *m = (cudafd_notifier *)n;
     pthread_mutex_lock(&g.mu);
     pthread_mutex_lock(&m->mu);

@@ -34,7 +34,9 @@
  * own age: no history, no prediction. A lane due within a quarter of its
  * interval joins a round that runs anyway, so lanes due at nearby times
  * share one wake. Spin lanes are asked in every round, and while one is
- * pending the poller does not sleep at all.
+ * pending the poller does not sleep at all; the lanes of a spin notifier
+ * whose caller asks itself (CFD_LANE_ASKED, ask.c) are on the schedule
+ * above.
  *
  * Why these numbers (H200 host, bench/policy_sweep.py):
  * each wake of the poller costs ~8 us of CPU there, and handing a completion

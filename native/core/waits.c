@@ -183,10 +183,15 @@ void cfd_note_fault(cfd_ctx *cx, int64_t status)
         fault_sweep(cx, status);
 }
 
-void cfd_wait_complete(cfd_wait *w, int64_t status, bool from_hostfn)
+void cfd_wait_report(cfd_wait *w, int64_t status)
 {
     deliver(w, status);
     cfd_note_fault(w->cx, status);
+}
+
+void cfd_wait_complete(cfd_wait *w, int64_t status, bool from_hostfn)
+{
+    cfd_wait_report(w, status);
     if (w->side >= 0)
         cfd_side_release(&w->cx->side, w->side_key, w->side);
     if (w->sp.rec)

@@ -40,7 +40,7 @@ static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t t
     cfd_wait *w = NULL;
     if (n->closed)
         rc = cfd_fail(CUDAFD_E_CLOSED, "the notifier is closed");
-    else if (!(l = cfd_lane_get(cx->ctx, stream, thread, n->mech)) || !(w = cfd_wait_new(n, cx, ev)))
+    else if (!(l = cfd_lane_get(cx->ctx, stream, thread, cfd_lane_kind(n))) || !(w = cfd_wait_new(n, cx, ev)))
         rc = cfd_fail(CUDAFD_E_NOMEM, "out of memory for a wait");
     if (w) {
         w->side = (int8_t)side;

@@ -657,6 +657,7 @@ int main(void)
         test_fault_after_idle(mechs[m]);
         test_close_races_watches(mechs[m], a);
     }
+    test_ask(a);
     test_fork_child(a);
     test_side_streams_kept();
     /* the poller at its most eager (every wait asked about every microsecond)

@@ -1,4 +1,4 @@
-//! Raw bindings to libcudafd: the C API of `include/cudafd.h` (ABI version 2),
+//! Raw bindings to libcudafd: the C API of `include/cudafd.h` (ABI version 3),
 //! declared by hand, and the simulator's extra calls as function-pointer
 //! types ([`sim`]).
 //!
@@ -41,7 +41,7 @@ use std::os::raw::{c_char, c_int};
 pub const LIB_DIR: &str = env!("CUDAFD_SYS_LIB_DIR");
 
 /// `CUDAFD_ABI_VERSION`: the header's version these declarations follow.
-pub const CUDAFD_ABI_VERSION: c_int = 2;
+pub const CUDAFD_ABI_VERSION: c_int = 3;
 
 /// Success.
 pub const CUDAFD_OK: c_int = 0;
@@ -146,6 +146,12 @@ extern "C" {
     pub fn cudafd_notifier_seq(n: *const cudafd_notifier) -> *const u64;
     /// The same counter's value, read with acquire order (0 for NULL).
     pub fn cudafd_notifier_seq_now(n: *const cudafd_notifier) -> u64;
+    /// Ask on this thread about the notifier's waits (event or spin); queue those over.
+    /// Returns how many it queued, or a negative error.
+    pub fn cudafd_ask(n: *mut cudafd_notifier) -> c_int;
+    /// A spin notifier whose caller calls [`cudafd_ask`] at every pass (on: 1): its later
+    /// waits are asked by the poller on the event schedule only.
+    pub fn cudafd_notifier_set_asking(n: *mut cudafd_notifier, on: c_int) -> c_int;
     /// Make now every side stream the notifier's waits in `stream`'s context may need.
     pub fn cudafd_prepare(n: *mut cudafd_notifier, stream: usize) -> c_int;
     /// Mark the current end of the stream (0, `CU_STREAM_LEGACY` and

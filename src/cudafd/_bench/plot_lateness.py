@@ -20,7 +20,7 @@ import math
 from . import targets_lateness as tl
 from .pareto import front
 from .targets_lateness import points
-from .waiters import BASELINES, FLOOR, LABELS
+from .waiters import BASELINES, BOUNDS, FLOOR, HANDOFF, LABELS
 
 __all__ = ["write", "target_lines"]
 
@@ -103,6 +103,11 @@ def _panel(ax, name: str, per_loop: dict) -> None:
         floor = (w.get("methods", {}).get(FLOOR) or {}).get("p50")
         if floor and first:
             ax.axhline(max(floor, 0.1), ls=":", lw=0.9, color="grey", zorder=1)
+        bound = (w.get("methods", {}).get(HANDOFF) or {}).get("p50")
+        if bound and first:  # the least a loop asleep until told can be late (waiters.BOUNDS)
+            ax.axhline(max(bound, 0.1), ls="-.", lw=0.9, color="grey", zorder=1)
+            ax.annotate(LABELS[HANDOFF], (0.0, max(bound, 0.1)), xycoords=("axes fraction", "data"),
+                        xytext=(3, 3), textcoords="offset points", fontsize=6.5, color="grey")
         if first:
             for kind, value, label in target_lines(name, res):
                 if kind == "p50":
@@ -157,7 +162,7 @@ def write(doc: dict, path: str) -> str | None:
     for r in per_loop.values():
         names += [n for n in r["workloads"] if n != "history" and n not in names]
         for n in r["workloads"]:
-            keys += [k for k in r["workloads"][n].get("methods", {}) if k != FLOOR and k not in keys]
+            keys += [k for k in r["workloads"][n].get("methods", {}) if k != FLOOR and k not in BOUNDS and k not in keys]
     if not names:
         return "no lateness figures"
     keys.sort(key=lambda k: (not k.startswith("cudafd"), k in BASELINES and BASELINES.index(k)))

@@ -9,7 +9,7 @@ the workload or the method did not run), with the measured values.
 from __future__ import annotations
 
 from .pareto import beaten_by
-from .waiters import BASELINES, LABELS
+from .waiters import BASELINES, BOUNDS, HANDOFF, LABELS
 
 __all__ = ["evaluate", "ONE_STREAM_P50_US", "ONE_STREAM_P99_US"]
 
@@ -60,7 +60,12 @@ def _bounded(res: dict, loop: str, names: list[str], p50: float, p99: float, tit
         parts.append(f"{_short(name)} {_n(d['p50'])}/{_n(d['p99'])}")
         oks.append(d["p50"] <= p50 and d["p99"] <= p99)
     ok = None if None in oks or not oks else all(oks)
-    return _row(figure, target, "p50/p99 us: " + ", ".join(parts), ok)
+    measured = "p50/p99 us: " + ", ".join(parts)
+    bounds = [f"{_short(name)} {_n(b['p50'])}" for name in names
+              if (b := _fig(_m(res, name, HANDOFF) or {}, net)) and "p50" in b]
+    if bounds:  # waiters.BOUNDS: the least a loop asleep until told is late here
+        measured += f"; {LABELS[HANDOFF]}, p50 us: " + ", ".join(bounds)
+    return _row(figure, target, measured, ok)
 
 
 def _many(res: dict, loop: str) -> dict:
@@ -98,10 +103,10 @@ def _cpu(res: dict, loop: str) -> dict:
 
 
 def points(res: dict, workload: str) -> dict[str, tuple[float, float]]:
-    """(cores, p50 µs) of every method measured on ``workload`` with both figures, the floor left out."""
+    """(cores, p50 µs) of every method measured on ``workload`` with both figures, the floor and bounds left out."""
     out = {}
     for k, m in ((res.get("workloads", {}).get(workload) or {}).get("methods") or {}).items():
-        if k != "spin_floor" and m.get("n") and m.get("cores") is not None:
+        if k != "spin_floor" and k not in BOUNDS and m.get("n") and m.get("cores") is not None:
             out[k] = (m["cores"], m["p50"])
     return out
 

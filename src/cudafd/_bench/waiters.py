@@ -18,6 +18,15 @@ returns once the caller's event loop knows the kernel is over:
 * ``spin_floor``: ``while not query(end): pass`` on the loop's thread (it
   stalls every other task: one-stream workloads only). The least a waiter
   on this thread can be late, anchor error included (:mod:`.clocks`).
+
+One way is a bound, not a way anyone would wait (it costs a core or more):
+
+* ``bound_handoff``: a ``Notifier("spin")`` watched directly (no fast path,
+  no loop-side asks), the loop asleep in its selector on the Notifier's fd
+  until the core's spinning poller, which sees the end within a few
+  microseconds, writes it. The least any way whose loop sleeps until it is
+  told can be late on this machine: the wake of a loop that slept through
+  the kernel and the task's resumption. Not a Pareto candidate (BOUNDS).
 """
 
 from __future__ import annotations
@@ -31,10 +40,12 @@ from typing import Any
 
 import cudafd
 
-__all__ = ["BASELINES", "FLOOR", "LABELS", "Way", "all_keys", "build", "cudafd_keys", "has_max_lateness"]
+__all__ = ["BASELINES", "BOUNDS", "FLOOR", "HANDOFF", "LABELS", "Way", "all_keys", "build", "cudafd_keys", "has_max_lateness"]
 
 FLOOR = "spin_floor"
 BASELINES = ("sleep0", "sleep1ms", "executor", "thread20us")
+HANDOFF = "bound_handoff"
+BOUNDS = (HANDOFF,)
 POLL_INTERVAL_S = 20e-6
 
 
@@ -44,7 +55,7 @@ def cudafd_keys() -> list[str]:
 
 
 def all_keys() -> list[str]:
-    return cudafd_keys() + list(BASELINES) + [FLOOR]
+    return cudafd_keys() + list(BASELINES) + list(BOUNDS) + [FLOOR]
 
 
 def has_max_lateness() -> bool:
@@ -63,6 +74,7 @@ def _label(key: str) -> str:
         "sleep1ms": "sleep(1ms) poll",
         "executor": "executor+blocking ev",
         "thread20us": "thread poll 20us",
+        HANDOFF: "bound: loop asleep on fd",
         FLOOR: "spin floor",
     }
     return fixed.get(key) or "cudafd " + key[len("cudafd_") :]
@@ -145,6 +157,35 @@ class PollThread:
         self._thread.join(timeout=5)
 
 
+class FdHandoff:
+    """bound_handoff (module docstring): a spin Notifier's fd in the loop's selector, one reader for all waits."""
+
+    def __init__(self) -> None:
+        self._n = cudafd.Notifier("spin")
+        self._futures: dict[int, asyncio.Future] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def wait(self, stream: Any) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            loop.add_reader(self._n.fileno(), self._drain)
+            self._loop = loop
+        fut = self._futures[self._n.watch(stream)] = loop.create_future()
+        return fut
+
+    def _drain(self) -> None:
+        for token, exc in self._n.drain():
+            fut = self._futures.pop(token, None)
+            if fut is not None:
+                _settle(fut, exc)
+
+    def close(self) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(self._n.fileno())
+        self._n.close()
+        self._n.drain()
+
+
 def _make(key: str, kernels: Any, notifiers: list) -> Way:
     query, sync = kernels.query, kernels.sync
     if key == "cudafd_default":
@@ -194,6 +235,13 @@ def _make(key: str, kernels: Any, notifiers: list) -> Way:
             await poller.wait(mark)
 
         return Way(thread_poll, close=poller.close)
+    if key == HANDOFF:
+        handoff = FdHandoff()
+
+        async def told(stream: Any, mark: Any) -> None:
+            await handoff.wait(stream)
+
+        return Way(told, close=handoff.close)
     if key == FLOOR:
 
         async def spin(stream: Any, mark: Any) -> None:

@@ -61,6 +61,14 @@ class Backend(Protocol):
         """Look for progress now (the poll mechanism: every wait, or those due); a no-op where threads do it."""
         ...
 
+    def ask(self) -> None:
+        """Ask about every pending wait now, on this thread, queueing those that are over."""
+        ...
+
+    def set_asking(self, on: bool) -> None:
+        """spin: the caller asks (ask()) at every pass; the native poller then only backs it up."""
+        ...
+
     def timer_fd(self) -> int:
         """The poll mechanism: an fd readable when poll() is due and while completions are queued (else -1)."""
         ...

@@ -55,6 +55,7 @@ class NativeBackend:
         self._c_drain = lib.cudafd_drain
         self._c_cancel = lib.cudafd_cancel
         self._c_seq_now = lib.cudafd_notifier_seq_now
+        self._c_ask = lib.cudafd_ask
         self.stream_done = lib.cudafd_stream_done  # ctypes returns 0/1: a bool in all but type
         self.event_done = lib.cudafd_event_done
 
@@ -64,6 +65,16 @@ class NativeBackend:
     def seq(self) -> int:
         """Completions queued so far (and closes): when unchanged since a drain, nothing is to drain."""
         return self._c_seq_now(self._ptr)
+
+    def ask(self) -> None:
+        rc = self._c_ask(self._ptr)
+        if rc < 0:
+            _lib.raise_for(self._lib, rc, "asking about the waits")
+
+    def set_asking(self, on: bool) -> None:
+        rc = self._lib.cudafd_notifier_set_asking(self._ptr, 1 if on else 0)
+        if rc:
+            _lib.raise_for(self._lib, rc, "leaving the waits to the caller's asks")
 
     def prepare(self, handle: int) -> None:
         rc = self._lib.cudafd_prepare(self._ptr, handle)

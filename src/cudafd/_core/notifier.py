@@ -36,6 +36,10 @@ uses. The methods are the ``adapter_*`` ones plus ``cancel()``, ``poll()``,
   waits on this Notifier. The claim lapses by itself once ``owner.busy()`` is
   false or the owner is collected (it is held weakly): that is the release.
   A claim while another owner is busy raises CudafdError.
+* ask: ``adapter_ask()`` asks the driver about every pending wait on the
+  calling thread and queues those that are over; ``adapter_claim(owner,
+  asks=True)`` (spin) says the owner does so at every pass, so the core's
+  poller stops spinning on the waits (asyncio's spin: one core, not two).
 * check: ``adapter_done_now(t)`` answers "is this resolved target over by now,
   without error?" with one driver query and no lock (the fast path).
 * watch: ``adapter_watch(t)`` starts a wait whose completion only
@@ -196,6 +200,7 @@ class Notifier:
         self._kept: list[tuple[int, BaseException | None]] = []  # drained by one side, for drain()
         self._kept_adapter: list[tuple[int, BaseException | None]] = []  # ... for adapter_drain()
         self._owner: Callable[[], object | None] | None = None  # the loop adapter's claim (a weakref)
+        self._asking = False  # spin: the owner asks about the waits itself (adapter_claim)
         self._signalled = False  # we wrote the fd for them: the next drain must clear it
         self._next_done = _DONE_TOKEN_BASE
         self._closed_batch: list[tuple[int, BaseException | None]] = []
@@ -260,12 +265,14 @@ class Notifier:
 
     # ---- the loop-adapter protocol (module docstring) ----
 
-    def adapter_claim(self, owner: Any) -> None:
+    def adapter_claim(self, owner: Any, asks: bool = False) -> None:
         """Loop-adapter protocol: make ``owner`` (an adapter's per-loop object, with a
         ``busy()`` method; held weakly) the one that waits on this Notifier. The claim
         lapses once ``owner.busy()`` is false or it is collected. Raises CudafdError while
         another owner still has waits (its ``busy()`` is true): its drains would take the
-        new one's completions."""
+        new one's completions. ``asks`` (spin): the owner calls adapter_ask() at every
+        pass while it has waits, so the native poller leaves the waits watched from now
+        on to it and only backs it up, on the event mechanism's schedule."""
         ref = self._owner
         current = ref() if ref is not None else None
         if current is owner:
@@ -276,6 +283,19 @@ class Notifier:
                 "Notifier per loop (cudafd.wait() without notifier= does that)"
             )
         self._owner = weakref.ref(owner)
+        if asks != self._asking and self.mechanism == "spin":
+            with self._lock:
+                if not self._closed:
+                    self._backend.set_asking(asks)  # type: ignore[union-attr]
+                    self._asking = asks
+
+    def adapter_ask(self) -> None:
+        """Loop-adapter protocol: ask the driver now, on this thread, about the pending waits
+        (native: cudafd_ask, one query per wait that may be next on its stream; "poll": poll()),
+        queueing those that are over for the next drain. Raises CudafdError if the core fails."""
+        with self._lock:
+            if not self._closed:
+                self._backend.ask()  # type: ignore[union-attr]
 
     def adapter_watch(self, t: Target) -> int:
         """Loop-adapter protocol: watch() of a resolved target (cudafd._core.targets.resolve),

@@ -329,6 +329,12 @@ class PollBackend:
         else:
             timer.arm_at(1 if at < 0 else at)
 
+    def ask(self) -> None:
+        self.poll(True)
+
+    def set_asking(self, on: bool) -> None:
+        pass  # nothing asks but the caller anyway
+
     def poll(self, everything: bool = True) -> None:
         """Ask about every head now (``everything``), or only those due; queue what finished; re-arm the timer."""
         if self._closed or self._drv is None:

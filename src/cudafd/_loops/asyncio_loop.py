@@ -9,18 +9,18 @@ wait waits on a future. While any future is parked, the Dispatcher keeps
 resolves the futures of the tokens it got, in the order the core found
 them, and futures resolved in one callback resume in that order.
 
-The "spin" mechanism spins in the loop too: while futures are parked, a
-``call_soon`` callback runs at every pass of the loop. It drains when the
-core's completion count moved (Notifier.adapter_progress), and it asks each
-stream a parked wait is on whether it is idle (Notifier.adapter_done_now: one
-cuStreamQuery): an idle stream has finished all the work enqueued on it, the
-wait's point included, so its waits are over and their tokens are cancelled.
-The loop never sleeps (one core, like ``sleep(0)`` polling), and the end of a
-lone stream's work reaches it in the pass that asks, without going through
-the core's poller (which hands a completion over 12-14 us after a query
-of its own would see it on the H200: docs/performance.md). A stream
-that stays busy with later work, an event target and a fault are reported by
-the core as for any mechanism.
+The "spin" mechanism spins in the loop, not in the core: while futures are
+parked, a ``call_soon`` callback runs at every pass of the loop. It asks the
+core about the Notifier's waits on the loop's own thread
+(Notifier.adapter_ask: one cuEventQuery per wait that may be next on its
+stream), which queues those that are over, faults included, and drains when
+the core's completion count moved (Notifier.adapter_progress). The loop
+never sleeps (one core, like ``sleep(0)`` polling), and an end reaches it in
+the pass that asks, without the hand-over from the core's poller thread
+(12-14 us after a query of its own would see it on the H200:
+docs/performance.md). The Dispatcher claims the Notifier with ``asks=True``,
+so the core's poller only backs the loop up, on the event mechanism's
+schedule, instead of spinning a second core.
 
 With the "poll" mechanism no thread writes the fd: the reader is registered
 on the Notifier's timer instead (adapter_hold_fd), which the backend arms
@@ -63,7 +63,7 @@ from collections.abc import Callable
 from .._core.errors import CudafdError
 from .._core.notifier import Notifier
 from .._core.policy import WaitPolicy
-from .._core.targets import INT_TARGETS, Target, resolve
+from .._core.targets import INT_TARGETS, resolve
 
 __all__ = [
     "Dispatcher",
@@ -102,11 +102,6 @@ def _remove_reader(loop: asyncio.AbstractEventLoop, notifier: Notifier, fd: int)
         notifier.adapter_release_fd()
 
 
-def _cancel_each(notifier: Notifier, tokens: list[int]) -> None:
-    for token in tokens:
-        notifier.cancel(token)
-
-
 def _stop_watching(
     loop: asyncio.AbstractEventLoop | None, notifier: Notifier, timer: asyncio.TimerHandle | None, fd: int
 ) -> None:
@@ -122,42 +117,45 @@ class _Parked:
     timer) that resolves them. Only the loop (through the registered
     callback) and the parked coroutines hold it."""
 
-    __slots__ = ("loop", "notifier", "futures", "asks", "fd", "timer", "seen", "__weakref__")
+    __slots__ = ("loop", "notifier", "futures", "fd", "timer", "seen", "__weakref__")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, notifier: Notifier) -> None:
         self.loop = loop
         self.notifier = notifier
         self.futures: dict[int, asyncio.Future[None]] = {}  # by token
-        self.asks: dict[int, Target] = {}  # spin: the parked waits on streams, by token
         self.fd = -1  # registered with add_reader (>= 0) while futures are parked
         self.timer: asyncio.Handle | None = None  # the spin mechanism's callback
         self.seen = -1  # spin: the core's completion count at the last drain
 
-    def park(self, token: int, t: Target) -> asyncio.Future[None]:
-        """A future for ``token`` (a wait on ``t``), resolved when a drain reports it, or for
-        spin when its stream is idle; arms the reader (or spin callback) if need be."""
-        spin = self.notifier.mechanism == "spin"
+    def park(self, token: int) -> asyncio.Future[None]:
+        """A future for ``token``, resolved when a drain reports it; arms the reader (or the
+        spin callback) if need be."""
         if self.fd < 0 and self.timer is None:
-            if spin:
+            if self.notifier.mechanism == "spin":
                 self.seen = -1
                 self.timer = self.loop.call_soon(self.spin_tick)
             else:
                 self.fd = _add_reader(self.loop, self.notifier, self.on_readable)
         fut = self.futures[token] = self.loop.create_future()
-        if spin and t.kind == "stream":
-            self.asks[token] = t
         return fut
 
     def forget(self, token: int) -> None:
         """``token`` was not reported and its wait ends (cancelled): drop it, cancel it in the core."""
         del self.futures[token]
-        self.asks.pop(token, None)
         self.notifier.cancel(token)
 
     def disarm(self) -> None:
         fd, timer = self.fd, self.timer
         self.fd, self.timer = -1, None
         _stop_watching(self.loop, self.notifier, timer, fd)
+
+    def fail(self, exc: BaseException) -> None:
+        """The native core failed: fail every waiter rather than hang."""
+        for fut in self.futures.values():
+            if not fut.done():
+                fut.set_exception(exc)
+        self.futures.clear()
+        self.disarm()
 
     def on_readable(self) -> bool:
         """Drain and resolve; True if anything was reported."""
@@ -166,19 +164,11 @@ class _Parked:
             notifier = self.notifier
             notifier.adapter_poll()  # ("poll": ask the waits that are due; else nothing)
             results = notifier.adapter_drain()
-        except Exception as exc:  # noqa: BLE001 - the native core failed: fail every waiter rather than hang
-            for fut in futures.values():
-                if not fut.done():
-                    fut.set_exception(exc)
-            futures.clear()
-            self.asks.clear()
-            self.disarm()
+        except Exception as exc:  # noqa: BLE001
+            self.fail(exc)
             return True
-        asks = self.asks
         for token, exc in results:
             fut = futures.pop(token, None)
-            if asks:
-                asks.pop(token, None)
             if fut is None or fut.done():
                 continue
             if exc is None:
@@ -191,41 +181,21 @@ class _Parked:
 
     def spin_tick(self) -> None:
         """The spin mechanism: the loop never sleeps while waits are parked; each
-        pass reads the core's completion count (no system call) and drains when
-        it moved, then asks the streams of the parked waits (ask_streams)."""
+        pass asks the core about the waits on this thread (adapter_ask), then
+        reads the completion count (no system call) and drains when it moved."""
         self.timer = None
-        seq = self.notifier.adapter_progress()
+        notifier = self.notifier
+        try:
+            notifier.adapter_ask()
+        except Exception as exc:  # noqa: BLE001
+            self.fail(exc)
+            return
+        seq = notifier.adapter_progress()
         if seq != self.seen:
             self.seen = seq
             self.on_readable()
-        if self.asks:
-            self.ask_streams()
         if self.futures:
             self.timer = self.loop.call_soon(self.spin_tick)
-
-    def ask_streams(self) -> None:
-        """spin: resolve the parked waits whose stream is idle (module docstring), in park
-        order. Their tokens are cancelled, so the core never reports them, after
-        the resumed tasks ran: a cancel takes the core's lock, which its spinning
-        poller holds most of the time, and a contended lock puts the loop's
-        thread to sleep."""
-        notifier, futures, asks = self.notifier, self.futures, self.asks
-        idle: dict[int, bool] = {}
-        ended = []
-        for token, t in list(asks.items()):
-            done = idle.get(t.handle)
-            if done is None:
-                done = idle[t.handle] = notifier.adapter_done_now(t)
-            if done:
-                del asks[token]
-                ended.append(token)
-                fut = futures.pop(token, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(None)
-        if ended:
-            self.loop.call_soon(_cancel_each, notifier, ended)
-        if not futures:
-            self.disarm()
 
 
 class Dispatcher:
@@ -252,7 +222,8 @@ class Dispatcher:
             raise CudafdError("the Notifier is gone")
         policy = self._policy
         if not policy.busy():
-            notifier.adapter_claim(self)  # before any drain, the fast path included
+            # before any drain, the fast path included; spin: this loop asks (spin_tick)
+            notifier.adapter_claim(self, asks=notifier.mechanism == "spin")
         t = INT_TARGETS.get(target) if type(target) is int else None  # type: ignore[call-overload]
         if t is None:
             t = resolve(target)
@@ -262,17 +233,17 @@ class Dispatcher:
                 if token is None:
                     await asyncio.sleep(0)
                 else:
-                    await self._park(loop, notifier, token, t)
+                    await self._park(loop, notifier, token)
         finally:
             steps.close()
 
-    async def _park(self, loop: asyncio.AbstractEventLoop, notifier: Notifier, token: int, t: Target) -> None:
+    async def _park(self, loop: asyncio.AbstractEventLoop, notifier: Notifier, token: int) -> None:
         parked = self._parked()
         if parked is None:
             parked = _Parked(loop, notifier)
             self._parked = weakref.ref(parked)
         try:
-            fut = parked.park(token, t)
+            fut = parked.park(token)
         except BaseException:
             notifier.cancel(token)
             raise
