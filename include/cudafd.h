@@ -140,15 +140,17 @@ const uint64_t *cudafd_notifier_seq(const cudafd_notifier *n);
 /* The same counter's value, read with acquire order (0 for NULL): for
  * callers that cannot make an atomic load themselves (ctypes, say). */
 uint64_t cudafd_notifier_seq_now(const cudafd_notifier *n);
-/* Ask now, on the calling thread, whether the pending waits of an event or
- * spin notifier are over (one cuEventQuery for each wait that may be next on
- * its stream), and queue the completions of those that are, faults
- * included, as the poller would; drain them as usual. For a caller that
- * runs a pass anyway (an event loop that never sleeps): the end reaches it
- * without a hand-over from the poller's thread. Returns how many it queued
- * (>= 0); CUDAFD_E_INVALID for another mechanism, CUDAFD_E_CLOSED once
- * closed. Any thread. */
-int cudafd_ask(cudafd_notifier *n);
+/* cudafd_drain(), then ask now, on the calling thread, whether the pending
+ * waits of an event or spin notifier are over (one cuEventQuery for each
+ * wait that may be next on its stream), and move the completions of those
+ * that are, faults included, into out[] after the drained ones: up to `max`
+ * in all. Those are never queued, and a stream's waits still come in watch
+ * order. For a caller that runs a pass anyway (an event loop that never
+ * sleeps): the end reaches it without a hand-over from the poller's thread.
+ * A fault found so reaches the context's other waits through the queue.
+ * Returns how many (>= 0); CUDAFD_E_INVALID for another mechanism or bad
+ * arguments, CUDAFD_E_CLOSED once closed and drained. Any thread. */
+int cudafd_ask(cudafd_notifier *n, cudafd_completion *out, int max);
 /* A spin notifier whose caller calls cudafd_ask() at every pass while it
  * has waits (on: nonzero): its waits watched from now on are asked by the
  * poller only on the event mechanism's schedule (a backstop), so the poller

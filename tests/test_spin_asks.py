@@ -60,13 +60,11 @@ def test_the_spin_callback_asks_at_every_pass_and_a_failed_ask_fails_the_waits()
             self.asks = 0
             self.broken = False
 
-        def adapter_ask(self) -> None:
+        def adapter_ask(self) -> list:
             self.asks += 1
             if self.broken:
                 raise CudafdError("the core failed")
-
-        def adapter_progress(self) -> int:
-            return 0
+            return []
 
         def adapter_poll(self) -> None:
             pass

@@ -4,19 +4,26 @@
  * An event loop that runs a pass anyway (a spin notifier's loop never
  * sleeps) can find its waits' ends itself: cudafd_ask() queries, on the
  * calling thread, the event of every wait of the notifier that may be next
- * on its stream, and queues the completions of those that are over, as the
- * poller would. The loop then drains in the same pass, without the hand-over
- * from the poller's thread to its own (12-14 us on an H200 host:
- * docs/performance.md).
+ * on its stream, and hands the completions of those that are over straight
+ * to the caller, after whatever the queue held (a drain first), without the
+ * hand-over from the poller's thread to its own (12-14 us on an H200 host:
+ * docs/performance.md) and without the queue's eventfd write and read.
+ *
+ * Order. A stream's waits reach the caller in watch order: the queue is
+ * drained under the same hold of g.mu as the snapshot, so every earlier wait
+ * of a lane reported before it is in out[] already; and a wait taken by
+ * another thread (the poller, a fault sweep) while the queries ran unlocked
+ * stops its lane's run there, so no later wait of that lane overtakes it in
+ * the queue. The next call drains it, then asks on.
  *
  * While a spin notifier is asking (cudafd_notifier_set_asking), its new waits
  * go to lanes of their own that the poller asks on the event mechanism's
  * schedule instead of spinning on them: the poller remains the backstop (a
  * loop that stops asking, a fault) but no longer keeps a second core busy.
  *
- * Ownership. The lanes stay the poller's: a wait found over here is reported
- * (its completion queued, the wait detached from its notifier) but left in
- * its lane, which the poller pops on its schedule. So a lane is still
+ * Ownership. The lanes stay the poller's: a wait found over here is handed
+ * to the caller (detached from its notifier as if drained) but left in its
+ * lane, which the poller pops on its schedule. So a lane is still
  * changed by one thread only. The queries run unlocked on a snapshot of
  * tokens and events, inside a probe (cfd_probe_begin: no event is destroyed
  * meanwhile); a token that is no longer pending on the notifier when the
@@ -65,18 +72,18 @@ int cfd_lane_kind(const cudafd_notifier *n)
     return n->asking ? CFD_LANE_ASKED : n->mech;
 }
 
-/* Up to ASK_RUN waits of n from the front of each lane n has waits in. g.mu held. */
-static int snapshot(cudafd_notifier *n, struct asked *out)
+/* Up to ASK_RUN waits of n from the front of each lane n has waits in, up to max in all. g.mu held. */
+static int snapshot(cudafd_notifier *n, struct asked *out, int max)
 {
     uint32_t round = ++ask_round;
     int k = 0;
-    for (cfd_wait *w = n->attached; w && k < ASK_MAX; w = w->nnext) {
+    for (cfd_wait *w = n->attached; w && k < max; w = w->nnext) {
         cfd_lane *l = w->lane;
         if (!l || l->ask_round == round)
             continue;
         l->ask_round = round;
         int run = k, taken = 0;
-        for (cfd_wait *x = l->head; x && taken < ASK_RUN && k < ASK_MAX; x = x->next) {
+        for (cfd_wait *x = l->head; x && taken < ASK_RUN && k < max; x = x->next) {
             if (x->n != n)
                 continue; /* reported or cancelled already, or another notifier's */
             out[k++] = (struct asked){x->token, x->ev, x->cx->ctx, CUDA_ERROR_NOT_READY, run};
@@ -86,10 +93,10 @@ static int snapshot(cudafd_notifier *n, struct asked *out)
     return k;
 }
 
-CFD_API int cudafd_ask(cudafd_notifier *n)
+CFD_API int cudafd_ask(cudafd_notifier *n, cudafd_completion *out, int max)
 {
-    if (!n)
-        return cfd_fail(CUDAFD_E_INVALID, "notifier is NULL");
+    if (!n || !out || max < 1)
+        return cfd_fail(CUDAFD_E_INVALID, "%s", !n ? "notifier is NULL" : !out ? "out is NULL" : "max < 1");
     if (!may_ask(n))
         return cfd_fail(CUDAFD_E_INVALID, "only the waits of an event or spin notifier can be asked about");
     int rc = cfd_fork_check();
@@ -99,14 +106,12 @@ CFD_API int cudafd_ask(cudafd_notifier *n)
         return cfd_inherited_error();
     struct asked snap[ASK_MAX];
     pthread_mutex_lock(&g.mu);
-    if (n->closed) {
-        pthread_mutex_unlock(&g.mu);
-        return cfd_fail(CUDAFD_E_CLOSED, "the notifier is closed");
-    }
-    int k = snapshot(n, snap);
+    int got = n->closed ? cfd_fail(CUDAFD_E_CLOSED, "the notifier is closed") : cfd_notifier_take(n, out, max);
+    int room = got < 0 ? 0 : max - got < ASK_MAX ? max - got : ASK_MAX;
+    int k = room > 0 ? snapshot(n, snap, room) : 0;
     if (k == 0) {
         pthread_mutex_unlock(&g.mu);
-        return 0;
+        return got;
     }
     cfd_probe_begin();
     pthread_mutex_unlock(&g.mu);
@@ -132,17 +137,18 @@ CFD_API int cudafd_ask(cudafd_notifier *n)
     cfd_count(ST_QUERIES, queries);
 
     pthread_mutex_lock(&g.mu);
-    int reported = 0;
+    int stopped = -1; /* the run a wait taken meanwhile stopped */
     for (int i = 0; i < k; i++) {
-        if (snap[i].r == CUDA_ERROR_NOT_READY)
+        if (snap[i].r == CUDA_ERROR_NOT_READY || snap[i].run == stopped)
             continue;
         cfd_wait *w = cfd_wait_lookup(snap[i].token);
-        if (!w || w->n != n)
-            continue; /* reported meanwhile (the poller, a fault) or cancelled */
-        cfd_wait_report(w, snap[i].r);
-        reported++;
+        if (!w || w->n != n || !cfd_wait_take(w, snap[i].r)) {
+            stopped = snap[i].run; /* reported meanwhile (the poller, a fault) or cancelled */
+            continue;
+        }
+        out[got++] = (cudafd_completion){.token = snap[i].token, .status = snap[i].r};
     }
     cfd_probe_end();
     pthread_mutex_unlock(&g.mu);
-    return reported;
+    return got;
 }

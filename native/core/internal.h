@@ -156,10 +156,11 @@ cfd_wait *cfd_wait_lookup(uint64_t token); /* g.mu held */
  * from_hostfn: running on the driver's callback thread, where no driver call
  * is allowed (idle events are parked rather than destroyed). */
 void cfd_wait_complete(cfd_wait *w, int64_t status, bool from_hostfn);
-/* Report w's result to its notifier (if it has one) and detach it, leaving it
- * in its lane for the poller to pop (ask.c); a sticky status dooms the
- * context's other waits too. g.mu held. */
-void cfd_wait_report(cfd_wait *w, int64_t status);
+/* Hand w's result to the caller that asked (ask.c) instead of its notifier's
+ * queue: counted and detached as if drained, left in its lane for the poller
+ * to pop; a sticky status dooms the context's other waits too. False if w
+ * was detached already. g.mu held. */
+bool cfd_wait_take(cfd_wait *w, int64_t status);
 void cfd_lane_pop(cfd_lane *l, int64_t status); /* complete the head; g.mu held */
 /* A driver error seen in cx: if sticky, report it to every wait of cx. g.mu held. */
 void cfd_note_fault(cfd_ctx *cx, int64_t status);
@@ -196,6 +197,10 @@ void cfd_notifier_signal(struct cudafd_notifier *n); /* make the eventfd readabl
  * driver: CUDA cannot be used there. */
 int cfd_fork_check(void);
 int cfd_inherited_error(void); /* CUDAFD_E_STATE: a notifier made before a fork(), used in the child */
+/* cudafd_drain's work (notifier.c): up to max queued completions into out,
+ * clearing the fd once the queue is empty; CUDAFD_E_CLOSED once closed and
+ * empty. Takes n->mu (inside g.mu if held). */
+int cfd_notifier_take(struct cudafd_notifier *n, cudafd_completion *out, int max);
 static inline bool cfd_inherited(const struct cudafd_notifier *n);
 
 /* ---- the poller (waiters.c) and the hostfunc watchdog (hostfunc.c) ---- */

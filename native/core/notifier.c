@@ -94,6 +94,11 @@ CFD_API int cudafd_drain(cudafd_notifier *n, cudafd_completion *out, int max)
         return cfd_fail(CUDAFD_E_INVALID, "bad drain arguments");
     if (cfd_inherited(n))
         return cfd_inherited_error();
+    return cfd_notifier_take(n, out, max);
+}
+
+int cfd_notifier_take(cudafd_notifier *n, cudafd_completion *out, int max)
+{
     pthread_mutex_lock(&n->mu);
     int rc;
     if (n->closed && n->qlen == 0) {

@@ -183,15 +183,22 @@ void cfd_note_fault(cfd_ctx *cx, int64_t status)
         fault_sweep(cx, status);
 }
 
-void cfd_wait_report(cfd_wait *w, int64_t status)
+bool cfd_wait_take(cfd_wait *w, int64_t status)
 {
-    deliver(w, status);
+    if (!w->n)
+        return false;
+    cfd_count(ST_COMPLETED, 1);
+    if (status != 0)
+        cfd_count(ST_FAULTS, 1);
+    cfd_wait_detach(w);
     cfd_note_fault(w->cx, status);
+    return true;
 }
 
 void cfd_wait_complete(cfd_wait *w, int64_t status, bool from_hostfn)
 {
-    cfd_wait_report(w, status);
+    deliver(w, status);
+    cfd_note_fault(w->cx, status);
     if (w->side >= 0)
         cfd_side_release(&w->cx->side, w->side_key, w->side);
     if (w->sp.rec)

@@ -8,6 +8,7 @@
  * asks about is still found (the poller's backstop); a fault reported by an
  * ask; bad arguments; a close while another thread asks.
  */
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,17 +23,23 @@ struct asker {
     volatile int stop;
     int calls, reported, errors;
     int closed; /* atomic: read by the closing thread */
+    cudafd_completion *log; /* if set: every completion, in the order the asks returned them */
+    int want;               /* ... until this many came */
 };
 
 static void *ask_loop(void *p)
 {
     struct asker *a = p;
-    while (!__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE)) {
-        int rc = cudafd_ask(a->n);
+    cudafd_completion got[64];
+    double deadline = now_s() + 20.0;
+    while (!__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE) && !(a->log && (a->reported >= a->want || now_s() > deadline))) {
+        int rc = cudafd_ask(a->n, got, 64);
         a->calls++;
-        if (rc >= 0)
+        if (rc >= 0) {
+            if (a->log)
+                memcpy(a->log + a->reported, got, (size_t)rc * sizeof *got);
             a->reported += rc;
-        else if (rc == CUDAFD_E_CLOSED)
+        } else if (rc == CUDAFD_E_CLOSED)
             __atomic_add_fetch(&a->closed, 1, __ATOMIC_RELEASE);
         else
             a->errors++;
@@ -60,15 +67,16 @@ static void *feed(void *p)
     return NULL;
 }
 
-/* Watches from STREAMS threads, one thread asking all the while: each wait
- * once, in order per stream. */
+/* Watches from STREAMS threads, one thread asking (and so draining) all the
+ * while: each wait once, in order per stream, whoever found it. */
 static void test_asked_waits(int mech, bool asking, CUcontext ctx)
 {
     cudafd_notifier *n = NULL;
     CHECK(cudafd_notifier_create(mech, &n) == CUDAFD_OK, "create mech %d", mech);
     if (asking)
         CHECK(cudafd_notifier_set_asking(n, 1) == CUDAFD_OK, "set_asking");
-    struct asker a = {.n = n};
+    cudafd_completion *got = calloc(STREAMS * PER + 64, sizeof *got);
+    struct asker a = {.n = n, .log = got, .want = STREAMS * PER};
     struct feeder f[STREAMS];
     pthread_t ta, tf[STREAMS];
     pthread_create(&ta, NULL, ask_loop, &a);
@@ -82,10 +90,8 @@ static void test_asked_waits(int mech, bool asking, CUcontext ctx)
         total += f[i].ok;
     }
     CHECK(total == STREAMS * PER, "mech %d: %d of %d watches", mech, total, STREAMS * PER);
-    cudafd_completion *got = calloc((size_t)total, sizeof *got);
-    int have = collect(n, got, total, 20.0);
-    __atomic_store_n(&a.stop, 1, __ATOMIC_RELEASE);
-    pthread_join(ta, NULL);
+    pthread_join(ta, NULL); /* it stops once every wait came back, or after 20 s */
+    int have = a.reported;
     int next[STREAMS] = {0}, bad = 0, foreign = 0;
     for (int k = 0; k < have; k++) {
         int s = -1;
@@ -139,14 +145,14 @@ static void test_fault_and_close(CUcontext ctx)
     uint64_t t;
     CHECK(cudafd_watch_stream(n, (uintptr_t)s, &t) == CUDAFD_OK, "watch before the fault");
     int reported = 0;
+    cudafd_completion c[4];
     for (double end = now_s() + 10.0; !reported && now_s() < end; usleep(100))
-        reported = cudafd_ask(n);
-    cudafd_completion c[1];
-    CHECK(reported == 1 && cudafd_drain(n, c, 1) == 1 && c[0].token == t && c[0].status == 700,
-          "the fault was not reported by the ask (%d)", reported);
-    CHECK(cudafd_ask(n) == 0, "a second ask reported again");
+        reported = cudafd_ask(n, c, 4);
+    CHECK(reported == 1 && c[0].token == t && c[0].status == 700, "the fault was not reported by the ask (%d)",
+          reported);
+    CHECK(cudafd_ask(n, c, 4) == 0 && cudafd_drain(n, c, 4) == 0, "reported twice");
     cudafd_notifier_close(n);
-    CHECK(cudafd_ask(n) == CUDAFD_E_CLOSED, "ask after close");
+    CHECK(cudafd_ask(n, c, 4) == CUDAFD_E_CLOSED, "ask after close");
     cudafd_notifier_destroy(n);
     sim_stream_destroy(s);
     sim_ctx_destroy(fctx);
@@ -154,16 +160,34 @@ static void test_fault_and_close(CUcontext ctx)
 
 static void test_bad_asks(void)
 {
-    CHECK(cudafd_ask(NULL) == CUDAFD_E_INVALID, "ask(NULL)");
+    cudafd_completion c[2];
+    CHECK(cudafd_ask(NULL, c, 2) == CUDAFD_E_INVALID, "ask(NULL)");
     CHECK(cudafd_notifier_set_asking(NULL, 1) == CUDAFD_E_INVALID, "set_asking(NULL)");
     cudafd_notifier *n = NULL;
     cudafd_notifier_create(CUDAFD_MECH_HOSTFUNC, &n);
-    CHECK(cudafd_ask(n) == CUDAFD_E_INVALID, "ask on hostfunc");
+    CHECK(cudafd_ask(n, c, 2) == CUDAFD_E_INVALID, "ask on hostfunc");
     CHECK(cudafd_notifier_set_asking(n, 1) == CUDAFD_E_INVALID, "set_asking on hostfunc");
     cudafd_notifier_destroy(n);
     cudafd_notifier_create(CUDAFD_MECH_EVENT, &n);
     CHECK(cudafd_notifier_set_asking(n, 1) == CUDAFD_E_INVALID, "set_asking on event");
-    CHECK(cudafd_ask(n) == 0, "ask with nothing pending");
+    CHECK(cudafd_ask(n, c, 2) == 0, "ask with nothing pending");
+    CHECK(cudafd_ask(n, NULL, 2) == CUDAFD_E_INVALID && cudafd_ask(n, c, 0) == CUDAFD_E_INVALID, "bad out/max");
+    /* a completion queued by the poller comes back through the ask, and the fd quiets */
+    CUcontext ctx = NULL;
+    sim_ctx_create(0, &ctx);
+    CUstream s = new_stream(ctx);
+    uint64_t t;
+    cudafd_watch_stream(n, (uintptr_t)s, &t);
+    for (double end = now_s() + 10.0; cudafd_notifier_pending(n) == 1 && now_s() < end;) {
+        struct pollfd p = {.fd = cudafd_notifier_fd(n), .events = POLLIN};
+        if (poll(&p, 1, 10) == 1)
+            break; /* queued by the poller */
+    }
+    CHECK(cudafd_ask(n, c, 2) == 1 && c[0].token == t && c[0].status == 0, "the queued completion");
+    struct pollfd p = {.fd = cudafd_notifier_fd(n), .events = POLLIN};
+    CHECK(poll(&p, 1, 0) == 0, "the fd stayed readable after the ask drained the queue");
+    sim_stream_destroy(s);
+    sim_ctx_destroy(ctx);
     cudafd_notifier_destroy(n);
 }
 

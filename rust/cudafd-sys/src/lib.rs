@@ -146,9 +146,9 @@ extern "C" {
     pub fn cudafd_notifier_seq(n: *const cudafd_notifier) -> *const u64;
     /// The same counter's value, read with acquire order (0 for NULL).
     pub fn cudafd_notifier_seq_now(n: *const cudafd_notifier) -> u64;
-    /// Ask on this thread about the notifier's waits (event or spin); queue those over.
-    /// Returns how many it queued, or a negative error.
-    pub fn cudafd_ask(n: *mut cudafd_notifier) -> c_int;
+    /// Ask on this thread about the notifier's waits (event or spin); move up to `max`
+    /// completions of those over into `out` (not queued). Returns how many, or a negative error.
+    pub fn cudafd_ask(n: *mut cudafd_notifier, out: *mut cudafd_completion, max: c_int) -> c_int;
     /// A spin notifier whose caller calls [`cudafd_ask`] at every pass (on: 1): its later
     /// waits are asked by the poller on the event schedule only.
     pub fn cudafd_notifier_set_asking(n: *mut cudafd_notifier, on: c_int) -> c_int;

@@ -61,8 +61,9 @@ class Backend(Protocol):
         """Look for progress now (the poll mechanism: every wait, or those due); a no-op where threads do it."""
         ...
 
-    def ask(self) -> None:
-        """Ask about every pending wait now, on this thread, queueing those that are over."""
+    def ask(self, clear_fd: bool) -> list[tuple[int, int]]:
+        """drain(clear_fd), then ask about every pending wait now, on this thread: the
+        drained (token, status) and those over that it hands back itself."""
         ...
 
     def set_asking(self, on: bool) -> None:

@@ -90,7 +90,7 @@ _PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "cudafd_notifier_set_max_lateness": (c_int, [c_void_p, c_int64]),
     "cudafd_notifier_seq": (c_void_p, [c_void_p]),
     "cudafd_notifier_seq_now": (c_uint64, [c_void_p]),
-    "cudafd_ask": (c_int, [c_void_p]),
+    "cudafd_ask": (c_int, [c_void_p, POINTER(Completion), c_int]),
     "cudafd_notifier_set_asking": (c_int, [c_void_p, c_int]),
     "cudafd_prepare": (c_int, [c_void_p, c_size_t]),
     "cudafd_watch_stream": (c_int, [c_void_p, c_size_t, POINTER(c_uint64)]),

@@ -54,7 +54,6 @@ class NativeBackend:
         self._c_watch_event = lib.cudafd_watch_event
         self._c_drain = lib.cudafd_drain
         self._c_cancel = lib.cudafd_cancel
-        self._c_seq_now = lib.cudafd_notifier_seq_now
         self._c_ask = lib.cudafd_ask
         self.stream_done = lib.cudafd_stream_done  # ctypes returns 0/1: a bool in all but type
         self.event_done = lib.cudafd_event_done
@@ -62,14 +61,18 @@ class NativeBackend:
     def fileno(self) -> int:
         return self._fd
 
-    def seq(self) -> int:
-        """Completions queued so far (and closes): when unchanged since a drain, nothing is to drain."""
-        return self._c_seq_now(self._ptr)
-
-    def ask(self) -> None:
-        rc = self._c_ask(self._ptr)
-        if rc < 0:
-            _lib.raise_for(self._lib, rc, "asking about the waits")
+    def ask(self, clear_fd: bool) -> list[tuple[int, int]]:
+        if clear_fd:  # as drain(): the queue is drained too
+            try:
+                os.read(self._fd, 8)
+            except BlockingIOError:
+                pass
+        n = self._c_ask(self._ptr, self._buf, BATCH)
+        if n <= 0:
+            if n < 0:
+                _lib.raise_for(self._lib, n, "asking about the waits")
+            return []
+        return list(zip(self._u64[0 : 2 * n : 2].tolist(), self._i64[1 : 2 * n : 2].tolist(), strict=True))
 
     def set_asking(self, on: bool) -> None:
         rc = self._lib.cudafd_notifier_set_asking(self._ptr, 1 if on else 0)

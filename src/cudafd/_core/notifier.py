@@ -36,8 +36,8 @@ uses. The methods are the ``adapter_*`` ones plus ``cancel()``, ``poll()``,
   waits on this Notifier. The claim lapses by itself once ``owner.busy()`` is
   false or the owner is collected (it is held weakly): that is the release.
   A claim while another owner is busy raises CudafdError.
-* ask: ``adapter_ask()`` asks the driver about every pending wait on the
-  calling thread and queues those that are over; ``adapter_claim(owner,
+* ask: ``adapter_ask()`` drains, then asks the driver about every pending
+  wait on the calling thread and returns those that are over too; ``adapter_claim(owner,
   asks=True)`` (spin) says the owner does so at every pass, so the core's
   poller stops spinning on the waits (asyncio's spin: one core, not two).
 * check: ``adapter_done_now(t)`` answers "is this resolved target over by now,
@@ -51,9 +51,7 @@ uses. The methods are the ``adapter_*`` ones plus ``cancel()``, ``poll()``,
 * poll: where ``needs_polling`` (the "poll" mechanism) nothing asks the
   driver unless the Notifier's user does: ``adapter_poll()`` asks about the
   waits that are due (an adapter calls it whenever its fd is readable, before
-  it drains), ``poll()`` about every wait now. ``adapter_progress()`` is a
-  count that moves whenever something may be drained (native mechanisms;
-  read without a system call: the spin mechanism's loop-side spin).
+  it drains), ``poll()`` about every wait now.
 * drain: ``adapter_drain()`` as above; ``cancel(token)`` detaches a wait.
 * the fd: ``adapter_hold_fd()`` returns the fd and keeps it open until
   ``adapter_release_fd()``: an adapter holds it while it has a reader
@@ -289,13 +287,12 @@ class Notifier:
                     self._backend.set_asking(asks)  # type: ignore[union-attr]
                     self._asking = asks
 
-    def adapter_ask(self) -> None:
-        """Loop-adapter protocol: ask the driver now, on this thread, about the pending waits
-        (native: cudafd_ask, one query per wait that may be next on its stream; "poll": poll()),
-        queueing those that are over for the next drain. Raises CudafdError if the core fails."""
-        with self._lock:
-            if not self._closed:
-                self._backend.ask()  # type: ignore[union-attr]
+    def adapter_ask(self) -> list[tuple[int, BaseException | None]]:
+        """Loop-adapter protocol: adapter_drain(), and what is over now besides: the driver
+        asked on this thread about the pending waits (native: cudafd_ask, one query per wait
+        that may be next on its stream; "poll": poll()). A stream's waits come in watch
+        order. Raises CudafdError if the core fails."""
+        return self._drain(True, ask=True)
 
     def adapter_watch(self, t: Target) -> int:
         """Loop-adapter protocol: watch() of a resolved target (cudafd._core.targets.resolve),
@@ -324,12 +321,6 @@ class Notifier:
                 self._ready.append(token)
             self._pending[token] = t.keep
         return token
-
-    def adapter_progress(self) -> int:
-        """Loop-adapter protocol: a count that moves whenever something may be drained
-        (native mechanisms; else -1). Reading it makes no system call."""
-        seq = getattr(self._backend, "seq", None)
-        return seq() if seq is not None and not self._released else -1
 
     def _signal(self) -> None:  # lock held: make the fd readable for a drain to come
         if not self._signalled:
@@ -382,7 +373,7 @@ class Notifier:
         """
         return self._drain(False)
 
-    def _drain(self, for_adapter: bool) -> list[tuple[int, BaseException | None]]:
+    def _drain(self, for_adapter: bool, ask: bool = False) -> list[tuple[int, BaseException | None]]:
         with self._lock:
             if self._closed:  # the batch of close(), each side its own
                 mine = self._adapter_tokens
@@ -394,7 +385,10 @@ class Notifier:
                 return out
             clear = self._signalled
             self._signalled = False
-            raw = self._backend.drain(clear)  # type: ignore[union-attr]
+            backend = self._backend
+            raw = backend.ask(clear) if ask else backend.drain(clear)  # type: ignore[union-attr]
+            if not raw and not self._ready and not self._kept and not self._kept_adapter:
+                return []
             pending = self._pending
             results: list[tuple[int, BaseException | None]] = []
             ready = self._ready

@@ -329,8 +329,9 @@ class PollBackend:
         else:
             timer.arm_at(1 if at < 0 else at)
 
-    def ask(self) -> None:
+    def ask(self, clear_fd: bool) -> list[tuple[int, int]]:
         self.poll(True)
+        return self.drain(clear_fd)
 
     def set_asking(self, on: bool) -> None:
         pass  # nothing asks but the caller anyway

@@ -12,9 +12,9 @@ them, and futures resolved in one callback resume in that order.
 The "spin" mechanism spins in the loop, not in the core: while futures are
 parked, a ``call_soon`` callback runs at every pass of the loop. It asks the
 core about the Notifier's waits on the loop's own thread
-(Notifier.adapter_ask: one cuEventQuery per wait that may be next on its
-stream), which queues those that are over, faults included, and drains when
-the core's completion count moved (Notifier.adapter_progress). The loop
+(Notifier.adapter_ask: a drain, then one cuEventQuery per wait that may be
+next on its stream), which hands back what the core's poller found and what
+is over now, faults included, and resolves their futures at once. The loop
 never sleeps (one core, like ``sleep(0)`` polling), and an end reaches it in
 the pass that asks, without the hand-over from the core's poller thread
 (12-14 us after a query of its own would see it on the H200:
@@ -117,7 +117,7 @@ class _Parked:
     timer) that resolves them. Only the loop (through the registered
     callback) and the parked coroutines hold it."""
 
-    __slots__ = ("loop", "notifier", "futures", "fd", "timer", "seen", "__weakref__")
+    __slots__ = ("loop", "notifier", "futures", "fd", "timer", "__weakref__")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, notifier: Notifier) -> None:
         self.loop = loop
@@ -125,14 +125,12 @@ class _Parked:
         self.futures: dict[int, asyncio.Future[None]] = {}  # by token
         self.fd = -1  # registered with add_reader (>= 0) while futures are parked
         self.timer: asyncio.Handle | None = None  # the spin mechanism's callback
-        self.seen = -1  # spin: the core's completion count at the last drain
 
     def park(self, token: int) -> asyncio.Future[None]:
         """A future for ``token``, resolved when a drain reports it; arms the reader (or the
         spin callback) if need be."""
         if self.fd < 0 and self.timer is None:
             if self.notifier.mechanism == "spin":
-                self.seen = -1
                 self.timer = self.loop.call_soon(self.spin_tick)
             else:
                 self.fd = _add_reader(self.loop, self.notifier, self.on_readable)
@@ -159,7 +157,6 @@ class _Parked:
 
     def on_readable(self) -> bool:
         """Drain and resolve; True if anything was reported."""
-        futures = self.futures
         try:
             notifier = self.notifier
             notifier.adapter_poll()  # ("poll": ask the waits that are due; else nothing)
@@ -167,6 +164,12 @@ class _Parked:
         except Exception as exc:  # noqa: BLE001
             self.fail(exc)
             return True
+        self.resolve(results)
+        return bool(results)
+
+    def resolve(self, results: list[tuple[int, BaseException | None]]) -> None:
+        """Settle the futures of reported tokens, in order; disarm once none is parked."""
+        futures = self.futures
         for token, exc in results:
             fut = futures.pop(token, None)
             if fut is None or fut.done():
@@ -177,23 +180,19 @@ class _Parked:
                 fut.set_exception(exc)
         if not futures:
             self.disarm()
-        return bool(results)
 
     def spin_tick(self) -> None:
         """The spin mechanism: the loop never sleeps while waits are parked; each
-        pass asks the core about the waits on this thread (adapter_ask), then
-        reads the completion count (no system call) and drains when it moved."""
+        pass drains and asks the core about the waits on this thread
+        (adapter_ask), and resolves what it got."""
         self.timer = None
-        notifier = self.notifier
         try:
-            notifier.adapter_ask()
+            found = self.notifier.adapter_ask()
         except Exception as exc:  # noqa: BLE001
             self.fail(exc)
             return
-        seq = notifier.adapter_progress()
-        if seq != self.seen:
-            self.seen = seq
-            self.on_readable()
+        if found:
+            self.resolve(found)
         if self.futures:
             self.timer = self.loop.call_soon(self.spin_tick)
 
