@@ -19,7 +19,7 @@
  * While a spin notifier is asking (cudafd_notifier_set_asking), its new waits
  * go to lanes of their own that the poller asks on the event mechanism's
  * schedule instead of spinning on them: the poller remains the backstop (a
- * loop that stops asking, a fault) but no longer keeps a second core busy.
+ * loop that stops asking, a fault) without keeping a second core busy.
  *
  * Ownership. The lanes stay the poller's: a wait found over here is handed
  * to the caller (detached from its notifier as if drained) but left in its

@@ -132,7 +132,7 @@ static void test_backstop(CUcontext ctx)
 }
 
 /* A fault is what the ask reports; an ask after close says closed. */
-static void test_fault_and_close(CUcontext ctx)
+static void test_fault_and_close(void)
 {
     CUcontext fctx = NULL;
     sim_ctx_create(0, &fctx);
@@ -229,6 +229,6 @@ void test_ask(CUcontext ctx)
     test_asked_waits(CUDAFD_MECH_SPIN, false, ctx);
     test_asked_waits(CUDAFD_MECH_SPIN, true, ctx);
     test_backstop(ctx);
-    test_fault_and_close(ctx);
+    test_fault_and_close();
     test_close_while_asking(ctx);
 }

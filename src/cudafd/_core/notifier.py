@@ -39,7 +39,7 @@ uses. The methods are the ``adapter_*`` ones plus ``cancel()``, ``poll()``,
 * ask: ``adapter_ask()`` drains, then asks the driver about every pending
   wait on the calling thread and returns those that are over too; ``adapter_claim(owner,
   asks=True)`` (spin) says the owner does so at every pass, so the core's
-  poller stops spinning on the waits (asyncio's spin: one core, not two).
+  poller stops spinning on the waits (asyncio's spin keeps one core busy).
 * check: ``adapter_done_now(t)`` answers "is this resolved target over by now,
   without error?" with one driver query and no lock (the fast path).
 * watch: ``adapter_watch(t)`` starts a wait whose completion only
