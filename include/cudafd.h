@@ -43,7 +43,7 @@ extern "C" {
 #endif
 
 /* Bumped on every incompatible change of this header. */
-#define CUDAFD_ABI_VERSION 3
+#define CUDAFD_ABI_VERSION 4
 
 /* Return codes (negative). */
 #define CUDAFD_OK 0
@@ -55,7 +55,7 @@ extern "C" {
 #define CUDAFD_E_STATE (-6)         /* call not allowed now (driver path after the driver loaded; after fork()) */
 #define CUDAFD_E_CUDA (-7)          /* a driver call failed: see cudafd_last_cuda_error() */
 #define CUDAFD_E_UNSUPPORTED (-8)   /* mechanism not available with this driver */
-#define CUDAFD_E_UNKNOWN_TOKEN (-9) /* cancel: token unknown, already completed or cancelled */
+#define CUDAFD_E_UNKNOWN_TOKEN (-9) /* cancel, ask: token unknown, already reported or cancelled */
 
 /* Completion status values beside 0 (the point was reached): a positive CUresult
  * (the driver's error for the awaited work, e.g. 700 CUDA_ERROR_ILLEGAL_ADDRESS). */
@@ -132,30 +132,25 @@ int cudafd_notifier_fd(const cudafd_notifier *n);
  * [CUDAFD_MAX_LATENESS_MIN_NS, CUDAFD_MAX_LATENESS_MAX_NS] (CUDAFD_E_INVALID
  * otherwise). New notifiers take CUDAFD_OPT_MAX_LATENESS_NS. */
 int cudafd_notifier_set_max_lateness(cudafd_notifier *n, int64_t ns);
-/* A counter that grows by one with every completion queued and at close,
- * for callers that spin briefly before polling the fd: when it has not
- * changed since the last drain, there is nothing to drain. Read it with an
- * atomic load (acquire); valid until cudafd_notifier_destroy. NULL for NULL. */
-const uint64_t *cudafd_notifier_seq(const cudafd_notifier *n);
-/* The same counter's value, read with acquire order (0 for NULL): for
- * callers that cannot make an atomic load themselves (ctypes, say). */
-uint64_t cudafd_notifier_seq_now(const cudafd_notifier *n);
-/* cudafd_drain(), then ask now, on the calling thread, whether the pending
- * waits of an event or spin notifier are over (one cuEventQuery for each
- * wait that may be next on its stream), and move the completions of those
- * that are, faults included, into out[] after the drained ones: up to `max`
- * in all. Those are never queued, and a stream's waits still come in watch
- * order. For a caller that runs a pass anyway (an event loop that never
- * sleeps): the end reaches it without a hand-over from the poller's thread.
- * A fault found so reaches the context's other waits through the queue.
- * Returns how many (>= 0); CUDAFD_E_INVALID for another mechanism or bad
- * arguments, CUDAFD_E_CLOSED once closed and drained. Any thread. */
-int cudafd_ask(cudafd_notifier *n, cudafd_completion *out, int max);
-/* A spin notifier whose caller calls cudafd_ask() at every pass while it
- * has waits (on: nonzero): its waits watched from now on are asked by the
- * poller only on the event mechanism's schedule (a backstop), so the poller
- * does not spin on them; off: they spin again. CUDAFD_E_INVALID for another
- * mechanism. */
+/* Ask now, on the calling thread, whether the wait of `token` (pending on
+ * an event or spin notifier) is over: one cuEventQuery. Returns 1 when it
+ * is, with *status 0 or the CUresult of the failure; the wait is then
+ * reported here and never drained. Returns 0 while its work runs. A wait
+ * is over once its own work is: a caller asking about several waits of one
+ * stream keeps their order itself. For a caller that runs a pass anyway
+ * (a task in an event loop that never sleeps): the end reaches it without a
+ * hand-over from the poller's thread. A sticky fault found so reaches the
+ * context's other waits through the queue. CUDAFD_E_UNKNOWN_TOKEN when the
+ * token is not pending on n: cancelled, or reported already through the
+ * queue (the poller or a fault found it first: drain it); CUDAFD_E_CLOSED
+ * once closed; CUDAFD_E_INVALID for another mechanism or a NULL argument.
+ * Any thread. */
+int cudafd_ask_token(cudafd_notifier *n, uint64_t token, int64_t *status);
+/* A spin notifier whose callers ask about its waits themselves
+ * (cudafd_ask_token at every pass) while they wait (on: nonzero): its waits
+ * watched from now on are asked by the poller only on the event mechanism's
+ * schedule (a backstop), so the poller does not spin on them; off: they spin
+ * again. CUDAFD_E_INVALID for another mechanism. */
 int cudafd_notifier_set_asking(cudafd_notifier *n, int on);
 /* Make now every stream the notifier's waits in `stream`'s context may need
  * later (side streams: hostfunc points, waits on events), so that no later

@@ -1,11 +1,10 @@
-"""The spin mechanism under asyncio and uvloop: the loop asks the core about
-its parked waits at every pass (Notifier.adapter_ask, cudafd_ask), and the
-core's poller, told so by the claim (asks=True), backs it up on the event
-schedule instead of spinning (cudafd/_loops/asyncio_loop.py, native/core/ask.c).
+"""The spin mechanism in a loop: each waiting task asks about its own wait at
+every pass (the policy's step 4, Notifier.adapter_ask, cudafd_ask_token), and
+the core's poller, told so per wait, backs it up on the event schedule
+instead of spinning (cudafd/_core/policy.py, native/core/ask.c).
 """
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import time
 
@@ -13,81 +12,145 @@ import pytest
 from support import REAL, run
 
 import cudafd
-from cudafd._core.errors import CudafdError
-from cudafd._loops.asyncio_loop import _Parked
+from cudafd._core.policy import WaitPolicy
+from cudafd._core.targets import resolve
 
-ASYNCIO_LOOPS = ["asyncio"] + (["uvloop"] if importlib.util.find_spec("uvloop") else [])
-LATE_S = 5.0  # a max_lateness whose poller asks first after 1.25 s: an earlier end is the loop's ask
-
-
-class _Owner:
-    def busy(self) -> bool:
-        return True
+LOOPS = ["asyncio", "trio"] + (["uvloop"] if importlib.util.find_spec("uvloop") else [])
+LATE_S = 5.0  # a max_lateness whose poller asks first after 1.25 s: an earlier end is the task's ask
 
 
-def _queries_during_unasked_wait(dev, asks: bool) -> int:
+def _queries_while_nobody_asks(dev, adapter: bool) -> int:
     """The core's queries while one spin wait on a 300 ms kernel runs and nothing but the poller asks."""
     s = dev.stream()
     with cudafd.Notifier("spin") as n:
-        owner = _Owner()
-        n.adapter_claim(owner, asks=asks)
         s.launch(0.3)
         before = cudafd.stats()["queries"]
-        token = n.watch(s)
+        token = n.adapter_watch(resolve(s)) if adapter else n.watch(s)
         s.synchronize()
         during = cudafd.stats()["queries"] - before
         deadline = time.monotonic() + 10
-        while token not in {t for t, _ in n.drain()}:  # the poller finds it either way
+        while True:  # the poller finds it either way
+            over = n.adapter_ask(token)[0] if adapter else token in {t for t, _ in n.drain()}
+            if over:
+                break
             assert time.monotonic() < deadline, "a wait left to its caller's asks was never found"
             time.sleep(0.001)
     return during
 
 
-def test_a_spin_notifier_left_to_its_loop_is_not_spun_on(dev):
-    """While the loop asks (the claim's asks=True), the poller asks on the event
-    schedule (~800 queries over 300 ms), not in every round."""
-    asked = _queries_during_unasked_wait(dev, asks=True)
-    spun = _queries_during_unasked_wait(dev, asks=False)
-    assert asked < 2000, f"{asked} queries: the poller spun on a wait its loop asks about"
+def test_the_poller_backs_up_the_waits_their_tasks_ask_about_and_spins_on_the_others(dev):
+    """An adapter's wait on a spin Notifier is asked by the poller on the event schedule
+    (~800 queries over 300 ms); a watch() of the same Notifier is spun on."""
+    asked = _queries_while_nobody_asks(dev, adapter=True)
+    spun = _queries_while_nobody_asks(dev, adapter=False)
+    assert asked < 2000, f"{asked} queries: the poller spun on a wait its task asks about"
     assert spun > 5 * asked, f"spinning made {spun} queries against {asked}: the count shows nothing"
 
 
-def test_the_spin_callback_asks_at_every_pass_and_a_failed_ask_fails_the_waits():
-    class Stub:
-        mechanism = "spin"
+def test_an_ask_says_not_yet_then_over_once_and_leaves_nothing(dev):
+    s = dev.stream()
+    with cudafd.Notifier("spin", max_lateness=LATE_S) as n:
+        assert n.adapter_asks
+        s.launch(0.05)
+        token = n.adapter_watch(resolve(s))
+        assert n.adapter_ask(token) == (False, None)
+        s.synchronize()
+        assert n.adapter_ask(token) == (True, None)  # the ask, not the poller (1.25 s away), found it
+        assert n.pending == 0 and n.adapter_drain() == [] and n.drain() == []
+        assert n.cancel(token) is False  # reported: nothing to detach
+    assert not cudafd.Notifier("event").adapter_asks
 
-        def __init__(self) -> None:
-            self.asks = 0
-            self.broken = False
 
-        def adapter_ask(self) -> list:
-            self.asks += 1
-            if self.broken:
-                raise CudafdError("the core failed")
-            return []
+def test_a_wait_the_poller_queued_first_reaches_its_ask(dev):
+    """The backstop's completion goes through the queue; the ask finds it there, and
+    a completion of another asking wait drained with it is kept for that one's ask."""
+    s, other = dev.stream(), dev.stream()
+    with cudafd.Notifier("spin", max_lateness=1e-3) as n:
+        s.launch(0.01)
+        other.launch(0.01)
+        first, second = n.adapter_watch(resolve(s)), n.adapter_watch(resolve(other))
+        s.synchronize()
+        other.synchronize()
+        time.sleep(0.05)  # the poller (every <= 1 ms) queued both
+        assert n.pending == 2
+        assert n.adapter_ask(second) == (True, None)
+        assert n.pending == 1 and n.statistics()["awaited"] == 1  # first's, kept for its ask
+        assert n.adapter_ask(first) == (True, None)
+        assert n.pending == 0
 
-        def adapter_poll(self) -> None:
-            pass
 
-        def adapter_drain(self) -> list:
-            return []
+def test_close_reaches_an_asking_wait(dev):
+    s = dev.stream()
+    n = cudafd.Notifier("spin")
+    s.launch(0.2)
+    token = n.adapter_watch(resolve(s))
+    n.close()
+    over, exc = n.adapter_ask(token)
+    assert over and isinstance(exc, cudafd.ClosedError)
+    assert n.statistics()["fd_open"] == 0
+    s.synchronize()
 
-        def cancel(self, token: int) -> bool:
-            return True
 
-    loop = asyncio.new_event_loop()
-    try:
-        n = Stub()
-        p = _Parked(loop, n)  # type: ignore[arg-type]
-        fut = p.park(7)
-        loop.run_until_complete(asyncio.sleep(0.01))
-        assert n.asks > 1 and not fut.done(), "the loop did not ask at every pass"
-        n.broken = True
-        loop.run_until_complete(asyncio.sleep(0.01))
-        assert fut.done() and isinstance(fut.exception(), CudafdError), "a failed ask left the wait hanging"
-        assert p.timer is None and not p.futures
-    finally:
-        loop.close()
+class _Stub:
+    """A Notifier whose tasks ask: every wait watches; asks answer from a script."""
+
+    adapter_asks = True
+
+    def __init__(self) -> None:
+        self.over: set[int] = set()
+        self.asked: list[int] = []
+        self.cancelled: list[int] = []
+        self.next = 0
+
+    def adapter_done_now(self, t) -> bool:
+        return False
+
+    def adapter_watch(self, t) -> int:
+        self.next += 1
+        return self.next
+
+    def adapter_ask(self, token: int):
+        self.asked.append(token)
+        return (token in self.over), None
+
+    def cancel(self, token: int) -> bool:
+        self.cancelled.append(token)
+        return True
+
+
+class _T:
+    kind, handle = "stream", 42
+
+
+def test_only_the_first_asking_wait_of_a_target_asks_and_they_end_in_order(monkeypatch):
+    monkeypatch.setattr("cudafd._core.policy.SPIN_S", 0.0)
+    n, policy = _Stub(), WaitPolicy()
+    first = policy.steps(n, _T())
+    assert next(first) is None  # lone: asked again once, then it watches
+    second = policy.steps(n, _T())
+    assert next(second) is None  # behind the first
+    assert next(first) is None and n.next == 1  # watched; now asking
+    assert next(second) is None and n.next == 2
+    n.over = {1, 2}
+    next(second)  # second is over too, but not first in line: it does not ask
+    assert n.asked == []
+    with pytest.raises(StopIteration):
+        next(first)
+    assert n.asked == [1]
+    with pytest.raises(StopIteration):
+        next(second)
+    assert n.asked == [1, 2] and n.cancelled == [] and not policy.busy()
+
+
+def test_a_cancelled_asking_wait_is_detached(monkeypatch):
+    monkeypatch.setattr("cudafd._core.policy.SPIN_S", 0.0)
+    n, policy = _Stub(), WaitPolicy()
+    steps = policy.steps(n, _T())
+    next(steps)
+    next(steps)
+    assert n.next == 1
+    steps.close()  # the task was cancelled at its yield
+    assert n.cancelled == [1] and not policy.busy()
 
 
 async def _timed_wait(s, n, seconds: float) -> tuple[float, bool]:
@@ -97,8 +160,8 @@ async def _timed_wait(s, n, seconds: float) -> tuple[float, bool]:
     return time.monotonic() - t0, s.idle()
 
 
-@pytest.mark.parametrize("flavor", ASYNCIO_LOOPS)
-def test_the_loops_ask_ends_a_spin_wait_before_the_poller_would(dev, flavor):
+@pytest.mark.parametrize("flavor", LOOPS)
+def test_the_tasks_ask_ends_a_spin_wait_before_the_poller_would(dev, flavor):
     s = dev.stream()
 
     async def body(api):
@@ -110,31 +173,38 @@ def test_the_loops_ask_ends_a_spin_wait_before_the_poller_would(dev, flavor):
         assert took < LATE_S / 4, f"the wait took {took:.3f} s: nothing but the poller found it"
 
 
-@pytest.mark.parametrize("flavor", ASYNCIO_LOOPS)
+@pytest.mark.parametrize("flavor", LOOPS)
 def test_a_spin_wait_on_a_stream_kept_busy_ends_with_its_own_work(dev, flavor):
     """A wait whose stream gets more work after the wait began ends with its own
-    point, found by the loop's ask (its event), not once the stream is idle."""
+    point, found by its task's ask (its event), not once the stream is idle."""
     s = dev.stream()
 
     async def body(api):
         with cudafd.Notifier("spin", max_lateness=LATE_S) as n:
             s.launch(0.05)
             t0 = time.monotonic()
-            waiter = asyncio.ensure_future(cudafd.wait(s, notifier=n))
-            while n.pending == 0:  # the wait watched: its point is behind the 50 ms kernel only
-                await asyncio.sleep(0)
-            s.launch(3.0)  # later work: the stream stays busy for 3 s more
-            await waiter
-            took, busy = time.monotonic() - t0, not s.idle()
+            took = []
+
+            async def waiter():
+                await cudafd.wait(s, notifier=n)
+                took.append(time.monotonic() - t0)
+
+            async def later_work():
+                while n.pending == 0:  # the wait watched: its point is behind the 50 ms kernel only
+                    await api.sleep(0)
+                s.launch(3.0)  # later work: the stream stays busy for 3 s more
+
+            await api.gather(waiter(), later_work())
+            busy = not s.idle()
             s.synchronize()
-            return took, busy
+            return took[0], busy
 
     took, busy = run(flavor, "spin", body)
     assert busy, "the wait ended only once the later work had"
-    assert took < LATE_S / 4, f"the wait took {took:.3f} s: the loop's ask did not find it"
+    assert took < LATE_S / 4, f"the wait took {took:.3f} s: the task's ask did not find it"
 
 
-@pytest.mark.parametrize("flavor", ASYNCIO_LOOPS)
+@pytest.mark.parametrize("flavor", LOOPS)
 def test_spin_waits_on_many_streams_all_end_and_leave_nothing(dev, flavor):
     streams = [dev.stream() for _ in range(6)]
 
@@ -145,7 +215,7 @@ def test_spin_waits_on_many_streams_all_end_and_leave_nothing(dev, flavor):
                 await api.wait(st)
                 assert st.idle()
 
-        await asyncio.gather(*(task(i, st) for i, st in enumerate(streams)))
+        await api.gather(*(task(i, st) for i, st in enumerate(streams)))
         return api.notifier.pending, api.notifier.statistics()
 
     pending, stats = run(flavor, "spin", body)
@@ -154,8 +224,8 @@ def test_spin_waits_on_many_streams_all_end_and_leave_nothing(dev, flavor):
 
 
 @pytest.mark.skipif(REAL, reason="a fault poisons the GPU's primary context: test_faults runs real faults in subprocesses")
-@pytest.mark.parametrize("flavor", ASYNCIO_LOOPS)
-def test_a_fault_reaches_a_spin_wait_through_the_loops_ask(dev, flavor):
+@pytest.mark.parametrize("flavor", LOOPS)
+def test_a_fault_reaches_a_spin_wait_through_its_ask(dev, flavor):
     s = dev.stream()
 
     async def body(api):

@@ -143,7 +143,6 @@ typedef struct cfd_lane {
     int64_t since;     /* when the current head became head */
     int64_t next_poll; /* when the poller asks it next */
     int64_t step;      /* the interval that planned next_poll (0: ask at once) */
-    uint32_t ask_round; /* the last cudafd_ask snapshot that took it (ask.c) */
 } cfd_lane;
 
 /* The lane kind of a spin notifier's waits while its caller asks about them
@@ -183,7 +182,6 @@ struct cudafd_notifier {
     pthread_mutex_t mu; /* the completion queue */
     cudafd_completion *q;
     size_t qhead, qlen, qcap;
-    uint64_t seq; /* completions pushed (and closes): readable without a lock */
     int64_t max_lateness; /* ns: how late its waits may be found (waiters.c); g.mu */
     bool asking;          /* spin: its caller asks about its waits itself (ask.c); g.mu */
     uint32_t fork_gen;    /* g.fork_gen at creation: another value means inherited across fork() (fork.c) */

@@ -71,13 +71,6 @@ CFD_API int cudafd_notifier_set_max_lateness(cudafd_notifier *n, int64_t ns)
     return CUDAFD_OK;
 }
 
-CFD_API const uint64_t *cudafd_notifier_seq(const cudafd_notifier *n) { return n ? &n->seq : NULL; }
-
-CFD_API uint64_t cudafd_notifier_seq_now(const cudafd_notifier *n)
-{
-    return n ? __atomic_load_n(&n->seq, __ATOMIC_ACQUIRE) : 0;
-}
-
 /* A notifier made before a fork(), used in the child: its waits are the
  * parent's (fork.c). */
 int cfd_inherited_error(void)
@@ -152,7 +145,6 @@ CFD_API int cudafd_notifier_close(cudafd_notifier *n)
         n->qhead = n->qlen = 0;
         if (was_quiet)
             cfd_notifier_signal(n); /* wake whoever polls: the next drain says closed */
-        __atomic_add_fetch(&n->seq, 1, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&n->mu);
         g.nopen--;
         cfd_quiesce_locked();

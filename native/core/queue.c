@@ -45,6 +45,5 @@ void cfd_notifier_push(cudafd_notifier *n, uint64_t token, int64_t status)
     n->q[n->qhead + n->qlen] = (cudafd_completion){.token = token, .status = status};
     if (n->qlen++ == 0)
         cfd_notifier_signal(n);
-    __atomic_add_fetch(&n->seq, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&n->mu);
 }

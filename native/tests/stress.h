@@ -43,7 +43,7 @@ bool syncfd_expected(void);
 void test_syncfd(CUcontext ctx, CUresult (*push)(CUcontext), CUresult (*pop)(CUcontext *),
                  CUresult (*ev_create)(CUevent *, unsigned), CUresult (*ev_record)(CUevent, CUstream),
                  CUresult (*ev_destroy)(CUevent));
-/* stress_ask.c: cudafd_ask and a spin notifier left to its caller's asks. */
+/* stress_ask.c: cudafd_ask_token and a spin notifier left to its callers' asks. */
 void test_ask(CUcontext ctx);
 double now_s(void);                 /* CLOCK_MONOTONIC seconds */
 /* Wait on the fd and drain until `want` completions arrived or timeout. */

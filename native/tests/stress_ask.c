@@ -1,12 +1,13 @@
 /*
- * stress_ask.c - cudafd_ask and a spin notifier left to its caller's asks
- * (ask.c), racing the poller, watches from other threads, cancels and a
+ * stress_ask.c - cudafd_ask_token and a spin notifier left to its callers'
+ * asks (ask.c), racing the poller, other asking threads, cancels and a
  * close. Part of the stress test (stress.c).
  *
- * Covered: every watched wait reported exactly once, in watch order per
- * stream, whichever thread found it; a wait left to the caller that nobody
- * asks about is still found (the poller's backstop); a fault reported by an
- * ask; bad arguments; a close while another thread asks.
+ * Covered: every watched wait reported exactly once, by its caller's ask or
+ * through the queue (the poller found it first), never both; a wait left to
+ * its caller that nobody asks about is still found (the poller's backstop);
+ * a fault reported by an ask; bad arguments; a close while other threads
+ * ask.
  */
 #include <poll.h>
 #include <pthread.h>
@@ -18,100 +19,96 @@
 
 enum { STREAMS = 8, PER = 60 };
 
+/* One stream's waits, watched and then asked about in order, as a task that
+ * spins would; each ends asked (reported to the ask) or queued (the ask said
+ * it is not pending: the poller queued it first). */
 struct asker {
-    cudafd_notifier *n;
-    volatile int stop;
-    int calls, reported, errors;
-    int closed; /* atomic: read by the closing thread */
-    cudafd_completion *log; /* if set: every completion, in the order the asks returned them */
-    int want;               /* ... until this many came */
-};
-
-static void *ask_loop(void *p)
-{
-    struct asker *a = p;
-    cudafd_completion got[64];
-    double deadline = now_s() + 20.0;
-    while (!__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE) && !(a->log && (a->reported >= a->want || now_s() > deadline))) {
-        int rc = cudafd_ask(a->n, got, 64);
-        a->calls++;
-        if (rc >= 0) {
-            if (a->log)
-                memcpy(a->log + a->reported, got, (size_t)rc * sizeof *got);
-            a->reported += rc;
-        } else if (rc == CUDAFD_E_CLOSED)
-            __atomic_add_fetch(&a->closed, 1, __ATOMIC_RELEASE);
-        else
-            a->errors++;
-    }
-    return NULL;
-}
-
-struct feeder {
     cudafd_notifier *n;
     CUstream stream;
     uint64_t tokens[PER];
-    int ok;
+    bool queued[PER];
+    int ok, asked, errors;
 };
 
-static void *feed(void *p)
+static void *watch_then_ask(void *p)
 {
-    struct feeder *f = p;
+    struct asker *a = p;
     for (int i = 0; i < PER; i++) {
-        sim_launch(f->stream, (uint64_t)(50 + (i * 37) % 300) * 1000, 0); /* 50-350 us */
-        if (cudafd_watch_stream(f->n, (uintptr_t)f->stream, &f->tokens[f->ok]) == CUDAFD_OK)
-            f->ok++;
-        if (i % 7 == 3)
-            usleep(200);
+        sim_launch(a->stream, (uint64_t)(50 + (i * 37) % 300) * 1000, 0); /* 50-350 us */
+        if (cudafd_watch_stream(a->n, (uintptr_t)a->stream, &a->tokens[a->ok]) == CUDAFD_OK)
+            a->ok++;
+    }
+    for (int i = 0; i < a->ok; i++) {
+        double deadline = now_s() + 20.0;
+        for (;;) {
+            int64_t status = -1;
+            int rc = cudafd_ask_token(a->n, a->tokens[i], &status);
+            if (rc == 1) {
+                a->asked++;
+                a->errors += status != 0;
+                break;
+            }
+            if (rc == CUDAFD_E_UNKNOWN_TOKEN) {
+                a->queued[i] = true;
+                break;
+            }
+            if (rc != 0 || now_s() > deadline) {
+                a->errors++;
+                break;
+            }
+        }
     }
     return NULL;
 }
 
-/* Watches from STREAMS threads, one thread asking (and so draining) all the
- * while: each wait once, in order per stream, whoever found it. */
+/* STREAMS threads watching and asking at once: each wait reported once, to its
+ * ask or through the queue, whoever found it. */
 static void test_asked_waits(int mech, bool asking, CUcontext ctx)
 {
     cudafd_notifier *n = NULL;
     CHECK(cudafd_notifier_create(mech, &n) == CUDAFD_OK, "create mech %d", mech);
     if (asking)
         CHECK(cudafd_notifier_set_asking(n, 1) == CUDAFD_OK, "set_asking");
-    cudafd_completion *got = calloc(STREAMS * PER + 64, sizeof *got);
-    struct asker a = {.n = n, .log = got, .want = STREAMS * PER};
-    struct feeder f[STREAMS];
-    pthread_t ta, tf[STREAMS];
-    pthread_create(&ta, NULL, ask_loop, &a);
+    struct asker a[STREAMS];
+    pthread_t t[STREAMS];
     for (int i = 0; i < STREAMS; i++) {
-        f[i] = (struct feeder){.n = n, .stream = new_stream(ctx)};
-        pthread_create(&tf[i], NULL, feed, &f[i]);
+        memset(&a[i], 0, sizeof a[i]);
+        a[i].n = n;
+        a[i].stream = new_stream(ctx);
+        pthread_create(&t[i], NULL, watch_then_ask, &a[i]);
     }
-    int total = 0;
+    int watched = 0, asked = 0, queued = 0, errors = 0;
     for (int i = 0; i < STREAMS; i++) {
-        pthread_join(tf[i], NULL);
-        total += f[i].ok;
+        pthread_join(t[i], NULL);
+        watched += a[i].ok;
+        asked += a[i].asked;
+        errors += a[i].errors;
+        for (int j = 0; j < a[i].ok; j++)
+            queued += a[i].queued[j];
     }
-    CHECK(total == STREAMS * PER, "mech %d: %d of %d watches", mech, total, STREAMS * PER);
-    pthread_join(ta, NULL); /* it stops once every wait came back, or after 20 s */
-    int have = a.reported;
-    int next[STREAMS] = {0}, bad = 0, foreign = 0;
+    CHECK(watched == STREAMS * PER && errors == 0, "mech %d asking %d: %d of %d watches, %d errors", mech, asking,
+          watched, STREAMS * PER, errors);
+    cudafd_completion *got = calloc((size_t)queued + 1, sizeof *got);
+    int have = collect(n, got, queued, 10.0);
+    int foreign = 0;
     for (int k = 0; k < have; k++) {
-        int s = -1;
-        for (int i = 0; i < STREAMS && s < 0; i++)
-            for (int j = next[i]; j < f[i].ok; j++)
-                if (f[i].tokens[j] == got[k].token) {
-                    s = i;
-                    bad += j != next[i] || got[k].status != 0; /* out of order, or failed */
-                    next[i] = j + 1;
-                    break;
+        bool found = false;
+        for (int i = 0; i < STREAMS && !found; i++)
+            for (int j = 0; j < a[i].ok && !found; j++)
+                if (a[i].tokens[j] == got[k].token && a[i].queued[j]) {
+                    a[i].queued[j] = false; /* a second report would be foreign */
+                    found = got[k].status == 0;
                 }
-        foreign += s < 0; /* reported twice, or not ours */
+        foreign += !found;
     }
-    CHECK(have == total && bad == 0 && foreign == 0, "mech %d asking %d: %d of %d, %d out of order, %d unknown",
-          mech, asking, have, total, bad, foreign);
-    CHECK(a.errors == 0 && a.calls > 0, "mech %d: %d of %d asks failed", mech, a.errors, a.calls);
+    CHECK(asked + queued == watched && have == queued && foreign == 0,
+          "mech %d asking %d: %d asked + %d queued of %d, %d drained, %d foreign or failed", mech, asking, asked,
+          queued, watched, have, foreign);
+    CHECK(cudafd_drain(n, got, 1) == 0, "a wait was reported to an ask and queued too");
     CHECK(cudafd_notifier_pending(n) == 0, "pending %d", cudafd_notifier_pending(n));
     cudafd_notifier_destroy(n);
     for (int i = 0; i < STREAMS; i++)
-        sim_stream_destroy(f[i].stream);
+        sim_stream_destroy(a[i].stream);
     free(got);
 }
 
@@ -127,6 +124,8 @@ static void test_backstop(CUcontext ctx)
     cudafd_completion c[1];
     CHECK(cudafd_watch_stream(n, (uintptr_t)s, &t) == CUDAFD_OK, "watch");
     CHECK(collect(n, c, 1, 10.0) == 1 && c[0].token == t && c[0].status == 0, "the unasked wait was not found");
+    int64_t status;
+    CHECK(cudafd_ask_token(n, t, &status) == CUDAFD_E_UNKNOWN_TOKEN, "an ask about a drained wait");
     cudafd_notifier_destroy(n);
     sim_stream_destroy(s);
 }
@@ -144,15 +143,16 @@ static void test_fault_and_close(void)
     sim_launch(s, 2 * 1000 * 1000, 700 /* CUDA_ERROR_ILLEGAL_ADDRESS */);
     uint64_t t;
     CHECK(cudafd_watch_stream(n, (uintptr_t)s, &t) == CUDAFD_OK, "watch before the fault");
-    int reported = 0;
-    cudafd_completion c[4];
-    for (double end = now_s() + 10.0; !reported && now_s() < end; usleep(100))
-        reported = cudafd_ask(n, c, 4);
-    CHECK(reported == 1 && c[0].token == t && c[0].status == 700, "the fault was not reported by the ask (%d)",
-          reported);
-    CHECK(cudafd_ask(n, c, 4) == 0 && cudafd_drain(n, c, 4) == 0, "reported twice");
+    int rc = 0;
+    int64_t status = -1;
+    for (double end = now_s() + 10.0; rc == 0 && now_s() < end; usleep(100))
+        rc = cudafd_ask_token(n, t, &status);
+    CHECK(rc == 1 && status == 700, "the fault was not reported by the ask (%d, %lld)", rc, (long long)status);
+    cudafd_completion c[2];
+    CHECK(cudafd_ask_token(n, t, &status) == CUDAFD_E_UNKNOWN_TOKEN && cudafd_drain(n, c, 2) == 0,
+          "reported twice");
     cudafd_notifier_close(n);
-    CHECK(cudafd_ask(n, c, 4) == CUDAFD_E_CLOSED, "ask after close");
+    CHECK(cudafd_ask_token(n, t, &status) == CUDAFD_E_CLOSED, "ask after close");
     cudafd_notifier_destroy(n);
     sim_stream_destroy(s);
     sim_ctx_destroy(fctx);
@@ -160,38 +160,67 @@ static void test_fault_and_close(void)
 
 static void test_bad_asks(void)
 {
-    cudafd_completion c[2];
-    CHECK(cudafd_ask(NULL, c, 2) == CUDAFD_E_INVALID, "ask(NULL)");
+    int64_t status;
+    CHECK(cudafd_ask_token(NULL, 1, &status) == CUDAFD_E_INVALID, "ask(NULL)");
     CHECK(cudafd_notifier_set_asking(NULL, 1) == CUDAFD_E_INVALID, "set_asking(NULL)");
     cudafd_notifier *n = NULL;
     cudafd_notifier_create(CUDAFD_MECH_HOSTFUNC, &n);
-    CHECK(cudafd_ask(n, c, 2) == CUDAFD_E_INVALID, "ask on hostfunc");
+    CHECK(cudafd_ask_token(n, 1, &status) == CUDAFD_E_INVALID, "ask on hostfunc");
     CHECK(cudafd_notifier_set_asking(n, 1) == CUDAFD_E_INVALID, "set_asking on hostfunc");
     cudafd_notifier_destroy(n);
     cudafd_notifier_create(CUDAFD_MECH_EVENT, &n);
     CHECK(cudafd_notifier_set_asking(n, 1) == CUDAFD_E_INVALID, "set_asking on event");
-    CHECK(cudafd_ask(n, c, 2) == 0, "ask with nothing pending");
-    CHECK(cudafd_ask(n, NULL, 2) == CUDAFD_E_INVALID && cudafd_ask(n, c, 0) == CUDAFD_E_INVALID, "bad out/max");
-    /* a completion queued by the poller comes back through the ask, and the fd quiets */
+    CHECK(cudafd_ask_token(n, 0, &status) == CUDAFD_E_UNKNOWN_TOKEN, "ask about token 0");
+    CHECK(cudafd_ask_token(n, 12345ull << 32, &status) == CUDAFD_E_UNKNOWN_TOKEN, "ask about a token never made");
     CUcontext ctx = NULL;
     sim_ctx_create(0, &ctx);
     CUstream s = new_stream(ctx);
     uint64_t t;
+    sim_launch(s, 50 * 1000 * 1000, 0);
     cudafd_watch_stream(n, (uintptr_t)s, &t);
-    for (double end = now_s() + 10.0; cudafd_notifier_pending(n) == 1 && now_s() < end;) {
-        struct pollfd p = {.fd = cudafd_notifier_fd(n), .events = POLLIN};
-        if (poll(&p, 1, 10) == 1)
-            break; /* queued by the poller */
-    }
-    CHECK(cudafd_ask(n, c, 2) == 1 && c[0].token == t && c[0].status == 0, "the queued completion");
-    struct pollfd p = {.fd = cudafd_notifier_fd(n), .events = POLLIN};
-    CHECK(poll(&p, 1, 0) == 0, "the fd stayed readable after the ask drained the queue");
+    CHECK(cudafd_ask_token(n, t, NULL) == CUDAFD_E_INVALID, "ask with no status");
+    CHECK(cudafd_ask_token(n, t, &status) == 0, "a running wait is not over");
+    cudafd_notifier *other = NULL;
+    cudafd_notifier_create(CUDAFD_MECH_EVENT, &other);
+    CHECK(cudafd_ask_token(other, t, &status) == CUDAFD_E_UNKNOWN_TOKEN, "another notifier's token");
+    cudafd_notifier_destroy(other);
+    CHECK(cudafd_cancel(n, t) == CUDAFD_OK, "cancel");
+    CHECK(cudafd_ask_token(n, t, &status) == CUDAFD_E_UNKNOWN_TOKEN, "ask about a cancelled wait");
     sim_stream_destroy(s);
     sim_ctx_destroy(ctx);
     cudafd_notifier_destroy(n);
 }
 
-/* A close from another thread while one asks in a loop. */
+struct closer_race {
+    cudafd_notifier *n;
+    CUstream stream;
+    int closed, errors;
+};
+
+static void *ask_until_closed(void *p)
+{
+    struct closer_race *c = p;
+    uint64_t t[20] = {0};
+    int k = 0;
+    for (int i = 0; i < 20; i++) {
+        sim_launch(c->stream, 30 * 1000, 0);
+        if (cudafd_watch_stream(c->n, (uintptr_t)c->stream, &t[k]) == CUDAFD_OK)
+            k++;
+    }
+    for (double end = now_s() + 10.0; now_s() < end;) {
+        int64_t status;
+        int rc = cudafd_ask_token(c->n, t[k ? k - 1 : 0], &status);
+        if (rc == CUDAFD_E_CLOSED) {
+            c->closed = 1;
+            break;
+        }
+        if (rc < 0 && rc != CUDAFD_E_UNKNOWN_TOKEN) /* (its waits were over and taken) */
+            c->errors++;
+    }
+    return NULL;
+}
+
+/* A close from another thread while one watches and asks in a loop. */
 static void test_close_while_asking(CUcontext ctx)
 {
     CUstream s = new_stream(ctx);
@@ -200,22 +229,14 @@ static void test_close_while_asking(CUcontext ctx)
         cudafd_notifier *n = NULL;
         cudafd_notifier_create(CUDAFD_MECH_SPIN, &n);
         cudafd_notifier_set_asking(n, 1);
-        struct asker a = {.n = n};
+        struct closer_race c = {.n = n, .stream = s};
         pthread_t ta;
-        pthread_create(&ta, NULL, ask_loop, &a);
-        for (int i = 0; i < 20; i++) {
-            uint64_t t;
-            sim_launch(s, 30 * 1000, 0);
-            cudafd_watch_stream(n, (uintptr_t)s, &t);
-        }
+        pthread_create(&ta, NULL, ask_until_closed, &c);
         usleep((useconds_t)(r * 50));
         cudafd_notifier_close(n);
-        for (double end = now_s() + 10.0; !__atomic_load_n(&a.closed, __ATOMIC_ACQUIRE) && now_s() < end;)
-            usleep(100); /* the asker's next call, however long the machine keeps it waiting */
-        __atomic_store_n(&a.stop, 1, __ATOMIC_RELEASE);
         pthread_join(ta, NULL);
-        closed += a.closed > 0;
-        errors += a.errors;
+        closed += c.closed;
+        errors += c.errors;
         cudafd_notifier_destroy(n);
     }
     CHECK(errors == 0 && closed == 40, "asks racing a close: %d errors, %d of 40 saw it closed", errors, closed);

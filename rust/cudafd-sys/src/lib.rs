@@ -41,7 +41,7 @@ use std::os::raw::{c_char, c_int};
 pub const LIB_DIR: &str = env!("CUDAFD_SYS_LIB_DIR");
 
 /// `CUDAFD_ABI_VERSION`: the header's version these declarations follow.
-pub const CUDAFD_ABI_VERSION: c_int = 3;
+pub const CUDAFD_ABI_VERSION: c_int = 4;
 
 /// Success.
 pub const CUDAFD_OK: c_int = 0;
@@ -141,16 +141,12 @@ extern "C" {
     /// The notifier's max_lateness for its later watches (ns, within
     /// [`CUDAFD_MAX_LATENESS_MIN_NS`], [`CUDAFD_MAX_LATENESS_MAX_NS`]).
     pub fn cudafd_notifier_set_max_lateness(n: *mut cudafd_notifier, ns: i64) -> c_int;
-    /// A counter that grows with every completion queued and at close; read
-    /// it with an acquire load.
-    pub fn cudafd_notifier_seq(n: *const cudafd_notifier) -> *const u64;
-    /// The same counter's value, read with acquire order (0 for NULL).
-    pub fn cudafd_notifier_seq_now(n: *const cudafd_notifier) -> u64;
-    /// Ask on this thread about the notifier's waits (event or spin); move up to `max`
-    /// completions of those over into `out` (not queued). Returns how many, or a negative error.
-    pub fn cudafd_ask(n: *mut cudafd_notifier, out: *mut cudafd_completion, max: c_int) -> c_int;
-    /// A spin notifier whose caller calls [`cudafd_ask`] at every pass (on: 1): its later
-    /// waits are asked by the poller on the event schedule only.
+    /// Ask on this thread whether the wait of `token` (event or spin) is over: 1 with
+    /// `*status` set (reported here, never drained), 0 not yet, or a negative error
+    /// (`CUDAFD_E_UNKNOWN_TOKEN`: cancelled, or queued already: drain it).
+    pub fn cudafd_ask_token(n: *mut cudafd_notifier, token: u64, status: *mut i64) -> c_int;
+    /// A spin notifier whose callers call [`cudafd_ask_token`] while they wait (on: 1): its
+    /// later waits are asked by the poller on the event schedule only.
     pub fn cudafd_notifier_set_asking(n: *mut cudafd_notifier, on: c_int) -> c_int;
     /// Make now every side stream the notifier's waits in `stream`'s context may need.
     pub fn cudafd_prepare(n: *mut cudafd_notifier, stream: usize) -> c_int;

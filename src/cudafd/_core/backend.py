@@ -1,7 +1,8 @@
 """The interface between a Notifier and the mechanism that learns of GPU progress.
 
 Two implementations: ``_native.NativeBackend`` (the C core: mechanisms
-"event", "hostfunc", "spin") and ``_poll.PollBackend`` (pure Python over the
+"event", "hostfunc", "spin", "syncfd"; for spin also ``ask_token`` and
+``set_asking``, Notifier.adapter_ask) and ``_poll.PollBackend`` (pure Python over the
 driver: mechanism "poll"). The Notifier serialises every call under its own
 lock, so a backend needs no locking of its own, and it keeps the bookkeeping
 that is the same for both (which tokens are pending, what close() reports).
@@ -59,15 +60,6 @@ class Backend(Protocol):
 
     def poll(self, everything: bool) -> None:
         """Look for progress now (the poll mechanism: every wait, or those due); a no-op where threads do it."""
-        ...
-
-    def ask(self, clear_fd: bool) -> list[tuple[int, int]]:
-        """drain(clear_fd), then ask about every pending wait now, on this thread: the
-        drained (token, status) and those over that it hands back itself."""
-        ...
-
-    def set_asking(self, on: bool) -> None:
-        """spin: the caller asks (ask()) at every pass; the native poller then only backs it up."""
         ...
 
     def timer_fd(self) -> int:

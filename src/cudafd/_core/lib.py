@@ -44,7 +44,7 @@ __all__ = [
     "raise_for",
 ]
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 LIBRARY_NAME = "libcudafd.so"
 SIM_LIBRARY_NAME = "libcudafd_sim.so"
 DEFAULT_DRIVER = "libcuda.so.1"
@@ -88,9 +88,7 @@ _PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "cudafd_notifier_create": (c_int, [c_int, POINTER(c_void_p)]),
     "cudafd_notifier_fd": (c_int, [c_void_p]),
     "cudafd_notifier_set_max_lateness": (c_int, [c_void_p, c_int64]),
-    "cudafd_notifier_seq": (c_void_p, [c_void_p]),
-    "cudafd_notifier_seq_now": (c_uint64, [c_void_p]),
-    "cudafd_ask": (c_int, [c_void_p, POINTER(Completion), c_int]),
+    "cudafd_ask_token": (c_int, [c_void_p, c_uint64, POINTER(c_int64)]),
     "cudafd_notifier_set_asking": (c_int, [c_void_p, c_int]),
     "cudafd_prepare": (c_int, [c_void_p, c_size_t]),
     "cudafd_watch_stream": (c_int, [c_void_p, c_size_t, POINTER(c_uint64)]),

@@ -54,28 +54,33 @@ class NativeBackend:
         self._c_watch_event = lib.cudafd_watch_event
         self._c_drain = lib.cudafd_drain
         self._c_cancel = lib.cudafd_cancel
-        self._c_ask = lib.cudafd_ask
+        self._c_ask_token = lib.cudafd_ask_token
+        self._set_asking = lib.cudafd_notifier_set_asking
+        self._status = ctypes.c_int64()
+        self._status_ref = ctypes.pointer(self._status)
         self.stream_done = lib.cudafd_stream_done  # ctypes returns 0/1: a bool in all but type
         self.event_done = lib.cudafd_event_done
 
     def fileno(self) -> int:
         return self._fd
 
-    def ask(self, clear_fd: bool) -> list[tuple[int, int]]:
-        if clear_fd:  # as drain(): the queue is drained too
-            try:
-                os.read(self._fd, 8)
-            except BlockingIOError:
-                pass
-        n = self._c_ask(self._ptr, self._buf, BATCH)
-        if n <= 0:
-            if n < 0:
-                _lib.raise_for(self._lib, n, "asking about the waits")
-            return []
-        return list(zip(self._u64[0 : 2 * n : 2].tolist(), self._i64[1 : 2 * n : 2].tolist(), strict=True))
+    def ask_token(self, token: int) -> int | None:
+        """spin: is the wait of ``token`` over? Its status (0 or a CUresult) if it is, now the
+        caller's; None while it runs; -1 if it is not pending here (queued, or cancelled)."""
+        rc = self._c_ask_token(self._ptr, token, self._status_ref)
+        if rc == 1:
+            return self._status.value
+        if rc == 0:
+            return None
+        if rc == E_UNKNOWN_TOKEN:
+            return -1
+        _lib.raise_for(self._lib, rc, "asking about a wait")
+        return None
 
     def set_asking(self, on: bool) -> None:
-        rc = self._lib.cudafd_notifier_set_asking(self._ptr, 1 if on else 0)
+        """spin: the waits watched from now on are asked about by their caller (ask_token),
+        the poller only backing it up, on the event schedule (cudafd_notifier_set_asking)."""
+        rc = self._set_asking(self._ptr, 1 if on else 0)
         if rc:
             _lib.raise_for(self._lib, rc, "leaving the waits to the caller's asks")
 

@@ -36,10 +36,12 @@ uses. The methods are the ``adapter_*`` ones plus ``cancel()``, ``poll()``,
   waits on this Notifier. The claim lapses by itself once ``owner.busy()`` is
   false or the owner is collected (it is held weakly): that is the release.
   A claim while another owner is busy raises CudafdError.
-* ask: ``adapter_ask()`` drains, then asks the driver about every pending
-  wait on the calling thread and returns those that are over too; ``adapter_claim(owner,
-  asks=True)`` (spin) says the owner does so at every pass, so the core's
-  poller stops spinning on the waits (asyncio's spin keeps one core busy).
+* ask: where ``adapter_asks`` (the spin mechanism) the adapter's tasks ask
+  about their own waits instead of parking: ``adapter_ask(token)`` asks the
+  driver on the calling thread (one query) and says whether the wait is
+  over, and with what. The core's poller leaves such waits to them and only
+  backs them up, on the event mechanism's schedule, so one core spins (the
+  loop's), not two.
 * check: ``adapter_done_now(t)`` answers "is this resolved target over by now,
   without error?" with one driver query and no lock (the fast path).
 * watch: ``adapter_watch(t)`` starts a wait whose completion only
@@ -198,7 +200,7 @@ class Notifier:
         self._kept: list[tuple[int, BaseException | None]] = []  # drained by one side, for drain()
         self._kept_adapter: list[tuple[int, BaseException | None]] = []  # ... for adapter_drain()
         self._owner: Callable[[], object | None] | None = None  # the loop adapter's claim (a weakref)
-        self._asking = False  # spin: the owner asks about the waits itself (adapter_claim)
+        self._asked: dict[int, BaseException | None] = {}  # adapter_ask's: reported through the queue
         self._signalled = False  # we wrote the fd for them: the next drain must clear it
         self._next_done = _DONE_TOKEN_BASE
         self._closed_batch: list[tuple[int, BaseException | None]] = []
@@ -207,6 +209,7 @@ class Notifier:
         self._adapter_states: dict[object, object] = {}  # adapter_state()
         self._stream_done = self._backend.stream_done  # for adapter_done_now, looked up once
         self._event_done = self._backend.event_done
+        self.adapter_asks = self.mechanism == "spin"  # (always native: no spin without libcudafd)
         self._released = False
         self._closed = False
 
@@ -263,14 +266,12 @@ class Notifier:
 
     # ---- the loop-adapter protocol (module docstring) ----
 
-    def adapter_claim(self, owner: Any, asks: bool = False) -> None:
+    def adapter_claim(self, owner: Any) -> None:
         """Loop-adapter protocol: make ``owner`` (an adapter's per-loop object, with a
         ``busy()`` method; held weakly) the one that waits on this Notifier. The claim
         lapses once ``owner.busy()`` is false or it is collected. Raises CudafdError while
         another owner still has waits (its ``busy()`` is true): its drains would take the
-        new one's completions. ``asks`` (spin): the owner calls adapter_ask() at every
-        pass while it has waits, so the native poller leaves the waits watched from now
-        on to it and only backs it up, on the event mechanism's schedule."""
+        new one's completions."""
         ref = self._owner
         current = ref() if ref is not None else None
         if current is owner:
@@ -281,23 +282,39 @@ class Notifier:
                 "Notifier per loop (cudafd.wait() without notifier= does that)"
             )
         self._owner = weakref.ref(owner)
-        if asks != self._asking and self.mechanism == "spin":
-            with self._lock:
-                if not self._closed:
-                    self._backend.set_asking(asks)  # type: ignore[union-attr]
-                    self._asking = asks
 
-    def adapter_ask(self) -> list[tuple[int, BaseException | None]]:
-        """Loop-adapter protocol: adapter_drain(), and what is over now besides: the driver
-        asked on this thread about the pending waits (native: cudafd_ask, one query per wait
-        that may be next on its stream; "poll": poll()). A stream's waits come in watch
-        order. Raises CudafdError if the core fails."""
-        return self._drain(True, ask=True)
+    def adapter_ask(self, token: int) -> tuple[bool, BaseException | None]:
+        """Loop-adapter protocol, where ``adapter_asks``: is the wait of this adapter_watch()
+        token over? Asks the driver on this thread (native: cudafd_ask_token, one query).
+        ``(True, None)`` or ``(True, its CudaError or ClosedError)`` once it is: the token is
+        then the caller's, no drain reports it. ``(False, None)`` while its work runs or an
+        earlier wait of its stream is pending (a stream's waits end in watch order). Raises
+        CudafdError if the core fails."""
+        asked = self._asked
+        with self._lock:
+            if token in asked:
+                return True, asked.pop(token)
+            if not self._closed:
+                status = self._backend.ask_token(token)  # type: ignore[union-attr]
+                if status is None:
+                    return False, None
+                if status >= 0:
+                    del self._pending[token]
+                    self._adapter_tokens.discard(token)
+                    return True, _wait_error(status)
+        # Reported through the queue instead (the poller's backstop, a fault swept from
+        # elsewhere, close()): drain, keeping the other tasks' results for their asks.
+        for tok, exc in self._drain(True):
+            asked[tok] = exc
+        if token in asked:
+            return True, asked.pop(token)
+        raise CudafdError(f"wait {token} is neither pending nor reported: it was cancelled elsewhere")
 
     def adapter_watch(self, t: Target) -> int:
         """Loop-adapter protocol: watch() of a resolved target (cudafd._core.targets.resolve),
-        whose completion only adapter_drain() reports."""
-        token = self._watch(t)
+        whose completion only adapter_drain() reports, or, where ``adapter_asks``, that the
+        caller learns of with adapter_ask() (the core's poller then only backs it up)."""
+        token = self._watch(t, asked=self.adapter_asks)
         self._adapter_tokens.add(token)
         return token
 
@@ -305,15 +322,23 @@ class Notifier:
         """Loop-adapter protocol: drain() of the adapter_watch() tokens only."""
         return self._drain(True)
 
-    def _watch(self, t: Target) -> int:
+    def _watch(self, t: Target, asked: bool = False) -> int:
         with self._lock:
             if self._closed:
                 raise ClosedError("watch() on a closed Notifier")
             kind = t.kind
-            if kind == "stream":
-                token = self._backend.watch_stream(t.handle)  # type: ignore[union-attr]
-            elif kind == "event":
-                token = self._backend.watch_event(t.handle, t.ctx)  # type: ignore[union-attr]
+            backend = self._backend
+            if kind == "stream" or kind == "event":
+                if asked:  # this wait only: watch()'s waits on this Notifier still spin in the core
+                    backend.set_asking(True)  # type: ignore[union-attr]
+                try:
+                    if kind == "stream":
+                        token = backend.watch_stream(t.handle)  # type: ignore[union-attr]
+                    else:
+                        token = backend.watch_event(t.handle, t.ctx)  # type: ignore[union-attr]
+                finally:
+                    if asked:
+                        backend.set_asking(False)  # type: ignore[union-attr]
             else:  # nothing to wait for: report it at the next drain
                 token = self._next_done
                 self._next_done += 1
@@ -351,6 +376,7 @@ class Notifier:
             raise TypeError(f"a wait token is an int from watch(), not {type(token).__qualname__}")
         with self._lock:
             if token not in self._pending:
+                self._asked.pop(token, None)  # adapter_ask() found it reported through the queue
                 return False
             del self._pending[token]
             self._adapter_tokens.discard(token)
@@ -373,7 +399,7 @@ class Notifier:
         """
         return self._drain(False)
 
-    def _drain(self, for_adapter: bool, ask: bool = False) -> list[tuple[int, BaseException | None]]:
+    def _drain(self, for_adapter: bool) -> list[tuple[int, BaseException | None]]:
         with self._lock:
             if self._closed:  # the batch of close(), each side its own
                 mine = self._adapter_tokens
@@ -386,7 +412,7 @@ class Notifier:
             clear = self._signalled
             self._signalled = False
             backend = self._backend
-            raw = backend.ask(clear) if ask else backend.drain(clear)  # type: ignore[union-attr]
+            raw = backend.drain(clear)  # type: ignore[union-attr]
             if not raw and not self._ready and not self._kept and not self._kept_adapter:
                 return []
             pending = self._pending
@@ -441,7 +467,8 @@ class Notifier:
     @property
     def pending(self) -> int:
         """Waits not yet reported by drain() (nor cancelled)."""
-        return len(self._pending) + len(self._closed_batch) + len(self._kept) + len(self._kept_adapter)
+        return (len(self._pending) + len(self._closed_batch) + len(self._kept) + len(self._kept_adapter)
+                + len(self._asked))
 
     def statistics(self) -> dict[str, int]:
         """Counts of this Notifier's state now, by name (for tests and monitoring; any thread).
@@ -464,6 +491,7 @@ class Notifier:
             awaited = (
                 sum(1 for token in self._pending if token in adapter)
                 + len(self._kept_adapter)
+                + len(self._asked)
                 + sum(1 for token, _ in self._closed_batch if token in adapter)
             )
             pending = self.pending

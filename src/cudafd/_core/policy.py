@@ -24,12 +24,22 @@ exception, cancellation), so the bookkeeping here is undone.
    over and no watch is needed at all.
 3. Watch. Then it watches (Notifier.adapter_watch: the core records an event
    and its poller finds the end) and parks on the token.
+4. Or asks until over. A Notifier whose tasks ask about their waits
+   themselves (``adapter_asks``: the spin mechanism) is never parked on: the
+   wait yields to the loop and asks about its token (Notifier.adapter_ask,
+   one event query on the loop's thread) until it is over. The loop never
+   sleeps, and the task resumes in the pass whose ask found the end, as a
+   task polling an event of its own with ``sleep(0)`` does; a task resumed
+   by someone else's callback would run a pass later. Of the waits asking
+   on one target only the first (in watch order) asks, so they return in
+   that order (for any loop: trio's too), one query per target per pass.
 
 Order: the waits on one stream return in the order they started. Steps 1
 and 2 apply only to a wait that is alone on its stream, and a later wait
 watches only once the earlier one stopped asking again, so a later wait
 never returns ahead of an earlier one: the core completes one stream's
-watched waits in order. Waits on events share one such line (key -1) per
+watched waits in order, and an ask about a wait answers "not yet" while an
+earlier wait of its stream is pending. Waits on events share one such line (key -1) per
 adapter object. An adapter whose loop runs the tasks it wakes together in no
 set order (trio) also keeps the watched waits of each target in a
 :class:`Lane` and wakes a reported wait only when it is first in its lane.
@@ -70,12 +80,13 @@ def ask_interval_ns(age_ns: int, budget_ns: int) -> int:
 class WaitPolicy:
     """The waits in progress of one adapter object, by stream (module docstring)."""
 
-    __slots__ = ("_streams", "_spinning", "_quick")
+    __slots__ = ("_streams", "_spinning", "_quick", "_asking")
 
     def __init__(self) -> None:
         self._streams: dict[int, int] = {}  # stream handle (-1: events) -> its waits started and not over
         self._spinning: set[int] = set()  # streams whose lone wait has not watched yet
         self._quick = 0  # waits in a row that were over before they began
+        self._asking: dict[int, deque] = {}  # target handle -> tokens asking (step 4), in watch order
 
     def busy(self) -> bool:
         """True while a wait that went past the fast path is in progress."""
@@ -126,7 +137,17 @@ class WaitPolicy:
                 if streams[key] == 1 and notifier.adapter_done_now(t):  # alone now, and over
                     return
                 token = notifier.adapter_watch(t)
-            yield token
+            if notifier.adapter_asks:
+                line = self._asking.get(t.handle)
+                if line is None:
+                    line = self._asking[t.handle] = deque()
+                try:
+                    yield from _ask_until_over(notifier, token, line)
+                finally:
+                    if not line:
+                        del self._asking[t.handle]
+            else:
+                yield token
         finally:
             self._leave(key)
 
@@ -136,6 +157,27 @@ class WaitPolicy:
             self._streams[key] = left
         else:
             del self._streams[key]
+
+
+def _ask_until_over(notifier: Any, token: int, line: deque) -> Generator[None, None, None]:
+    """Step 4 of a Notifier whose waits their tasks ask about themselves (spin): yield,
+    then ask about the wait (Notifier.adapter_ask) once it is first in ``line`` (the
+    asking waits of its target, in watch order), until it is over; raise its error."""
+    line.append(token)
+    over = False
+    try:
+        while True:
+            yield None
+            if line[0] == token:
+                over, exc = notifier.adapter_ask(token)
+                if over:
+                    if exc is not None:
+                        raise exc
+                    return
+    finally:
+        line.remove(token)
+        if not over:  # cancelled or closed meanwhile (or the core failed): detach the wait
+            notifier.cancel(token)
 
 
 class Lane(deque):  # deque of the adapter's per-wait objects

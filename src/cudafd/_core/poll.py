@@ -329,13 +329,6 @@ class PollBackend:
         else:
             timer.arm_at(1 if at < 0 else at)
 
-    def ask(self, clear_fd: bool) -> list[tuple[int, int]]:
-        self.poll(True)
-        return self.drain(clear_fd)
-
-    def set_asking(self, on: bool) -> None:
-        pass  # nothing asks but the caller anyway
-
     def poll(self, everything: bool = True) -> None:
         """Ask about every head now (``everything``), or only those due; queue what finished; re-arm the timer."""
         if self._closed or self._drv is None:

@@ -9,18 +9,10 @@ wait waits on a future. While any future is parked, the Dispatcher keeps
 resolves the futures of the tokens it got, in the order the core found
 them, and futures resolved in one callback resume in that order.
 
-The "spin" mechanism spins in the loop, not in the core: while futures are
-parked, a ``call_soon`` callback runs at every pass of the loop. It asks the
-core about the Notifier's waits on the loop's own thread
-(Notifier.adapter_ask: a drain, then one cuEventQuery per wait that may be
-next on its stream), which hands back what the core's poller found and what
-is over now, faults included, and resolves their futures at once. The loop
-never sleeps (one core, like ``sleep(0)`` polling), and an end reaches it in
-the pass that asks, without the hand-over from the core's poller thread
-(12-14 us after a query of its own would see it on the H200:
-docs/performance.md). The Dispatcher claims the Notifier with ``asks=True``,
-so the core's poller only backs the loop up, on the event mechanism's
-schedule, instead of spinning a second core.
+With the "spin" mechanism nothing is parked: each waiting task yields
+(``sleep(0)``) and asks about its own wait at every pass (the policy's step
+4, Notifier.adapter_ask), so the loop never sleeps (one core, like
+``sleep(0)`` polling) and a task resumes in the pass that found its end.
 
 With the "poll" mechanism no thread writes the fd: the reader is registered
 on the Notifier's timer instead (adapter_hold_fd), which the backend arms
@@ -102,38 +94,23 @@ def _remove_reader(loop: asyncio.AbstractEventLoop, notifier: Notifier, fd: int)
         notifier.adapter_release_fd()
 
 
-def _stop_watching(
-    loop: asyncio.AbstractEventLoop | None, notifier: Notifier, timer: asyncio.TimerHandle | None, fd: int
-) -> None:
-    """Undo an arming: cancel the poll timer and remove the reader, whichever was set (fd -1: none)."""
-    if timer is not None:
-        timer.cancel()
-    if fd >= 0 and loop is not None:
-        _remove_reader(loop, notifier, fd)
-
-
 class _Parked:
-    """The futures parked on one Notifier in one loop, and the reader (or poll
-    timer) that resolves them. Only the loop (through the registered
-    callback) and the parked coroutines hold it."""
+    """The futures parked on one Notifier in one loop, and the reader that
+    resolves them. Only the loop (through the registered callback) and the
+    parked coroutines hold it."""
 
-    __slots__ = ("loop", "notifier", "futures", "fd", "timer", "__weakref__")
+    __slots__ = ("loop", "notifier", "futures", "fd", "__weakref__")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, notifier: Notifier) -> None:
         self.loop = loop
         self.notifier = notifier
         self.futures: dict[int, asyncio.Future[None]] = {}  # by token
         self.fd = -1  # registered with add_reader (>= 0) while futures are parked
-        self.timer: asyncio.Handle | None = None  # the spin mechanism's callback
 
     def park(self, token: int) -> asyncio.Future[None]:
-        """A future for ``token``, resolved when a drain reports it; arms the reader (or the
-        spin callback) if need be."""
-        if self.fd < 0 and self.timer is None:
-            if self.notifier.mechanism == "spin":
-                self.timer = self.loop.call_soon(self.spin_tick)
-            else:
-                self.fd = _add_reader(self.loop, self.notifier, self.on_readable)
+        """A future for ``token``, resolved when a drain reports it; registers the reader if need be."""
+        if self.fd < 0:
+            self.fd = _add_reader(self.loop, self.notifier, self.on_readable)
         fut = self.futures[token] = self.loop.create_future()
         return fut
 
@@ -143,9 +120,9 @@ class _Parked:
         self.notifier.cancel(token)
 
     def disarm(self) -> None:
-        fd, timer = self.fd, self.timer
-        self.fd, self.timer = -1, None
-        _stop_watching(self.loop, self.notifier, timer, fd)
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            _remove_reader(self.loop, self.notifier, fd)
 
     def fail(self, exc: BaseException) -> None:
         """The native core failed: fail every waiter rather than hang."""
@@ -181,21 +158,6 @@ class _Parked:
         if not futures:
             self.disarm()
 
-    def spin_tick(self) -> None:
-        """The spin mechanism: the loop never sleeps while waits are parked; each
-        pass drains and asks the core about the waits on this thread
-        (adapter_ask), and resolves what it got."""
-        self.timer = None
-        try:
-            found = self.notifier.adapter_ask()
-        except Exception as exc:  # noqa: BLE001
-            self.fail(exc)
-            return
-        if found:
-            self.resolve(found)
-        if self.futures:
-            self.timer = self.loop.call_soon(self.spin_tick)
-
 
 class Dispatcher:
     """The waits of one Notifier on one asyncio loop (loop thread only).
@@ -221,8 +183,7 @@ class Dispatcher:
             raise CudafdError("the Notifier is gone")
         policy = self._policy
         if not policy.busy():
-            # before any drain, the fast path included; spin: this loop asks (spin_tick)
-            notifier.adapter_claim(self, asks=notifier.mechanism == "spin")
+            notifier.adapter_claim(self)  # before any drain, the fast path included
         t = INT_TARGETS.get(target) if type(target) is int else None  # type: ignore[call-overload]
         if t is None:
             t = resolve(target)

@@ -25,6 +25,12 @@ only once every earlier wait of its lane has returned (or left): waits on
 one stream return in the order they were started, as under asyncio. Waits
 on different targets are woken together.
 
+With the "spin" mechanism no task parks: each waiting task takes a
+checkpoint and asks about its own wait at every pass (the policy's step 4,
+Notifier.adapter_ask), so the run never sleeps and a task resumes in the
+batch that found its end; a stream's waits end in watch order, the core
+answering "not yet" for a wait while an earlier one of its stream is pending.
+
 With the "poll" mechanism no thread writes the fd: the reader waits on the
 Notifier's timer instead (adapter_hold_fd), which the backend arms for when
 the next wait is due to be asked (a new wait moves it earlier), and asks
