@@ -18,6 +18,9 @@ Runs the lateness section's one-stream and N-stream workloads
 * ``thread20us_s1``: the 20 µs polling thread with 1 ns of timer slack.
 * ``sched<R>_<B>``: the default ("poll") mechanism with the schedule's ratio R
   and budget (max_lateness) B µs, for choosing them.
+* ``window<N>``: the default wait with the policy's ask-again window
+  (``policy.SPIN_S``) at N µs instead of its own: 0 yields once and asks
+  once before it watches.
 
 ``--methods a,b,c`` and ``--lengths 200us,1ms,...`` pick what runs.
 """
@@ -32,9 +35,11 @@ import time
 import cudafd
 from cudafd._bench import lateness, waiters
 from cudafd._bench.child import Progress
+from cudafd._core import policy
 from cudafd._core.timerfd import OneShot
 
 _orig_make = waiters._make
+_SPIN_S = policy.SPIN_S
 
 
 class LoopPoller:
@@ -191,6 +196,17 @@ def _make(key: str, kernels, notifiers: list):
             await cudafd.wait(stream, notifier=n)
 
         return waiters.Way(w)
+    elif key.startswith("window"):
+        spin_s = int(key[6:]) * 1e-6
+
+        async def w(stream, mark, spin_s=spin_s):
+            policy.SPIN_S = spin_s  # read by the wait's first step, before it yields
+            try:
+                await cudafd.wait(stream)
+            finally:
+                policy.SPIN_S = _SPIN_S
+
+        return waiters.Way(w)
     elif key == "thread20us_s1":
         poller = _slack_thread(kernels)
 
@@ -219,7 +235,7 @@ def main() -> None:
     waiters._make = _make
     methods = a.methods.split(",")
     q = a.quick
-    spec = {"200us": 200e-6, "1ms": 1e-3, "2ms": 2e-3, "5ms": 5e-3, "10ms": 10e-3, "random": None}
+    spec = {"5us": 5e-6, "50us": 50e-6, "200us": 200e-6, "1ms": 1e-3, "2ms": 2e-3, "5ms": 5e-3, "10ms": 10e-3, "random": None}
     p = {"loop": a.loop, "methods": methods,
          "one_stream": [[name, spec[name], (20 if q else 120) if name in ("5ms", "10ms") else (30 if q else 240)]
                         for name in a.lengths.split(",")],
