@@ -18,9 +18,6 @@ Runs the lateness section's one-stream and N-stream workloads
 * ``thread20us_s1``: the 20 µs polling thread with 1 ns of timer slack.
 * ``sched<R>_<B>``: the default ("poll") mechanism with the schedule's ratio R
   and budget (max_lateness) B µs, for choosing them.
-* ``window<N>``: the default wait with the policy's ask-again window
-  (``policy.SPIN_S``) at N µs instead of its own: 0 yields once and asks
-  once before it watches.
 
 ``--methods a,b,c`` and ``--lengths 200us,1ms,...`` pick what runs.
 """
@@ -35,11 +32,9 @@ import time
 import cudafd
 from cudafd._bench import lateness, waiters
 from cudafd._bench.child import Progress
-from cudafd._core import policy
 from cudafd._core.timerfd import OneShot
 
 _orig_make = waiters._make
-_SPIN_S = policy.SPIN_S
 
 
 class LoopPoller:
@@ -194,17 +189,6 @@ def _make(key: str, kernels, notifiers: list):
 
         async def w(stream, mark):
             await cudafd.wait(stream, notifier=n)
-
-        return waiters.Way(w)
-    elif key.startswith("window"):
-        spin_s = int(key[6:]) * 1e-6
-
-        async def w(stream, mark, spin_s=spin_s):
-            policy.SPIN_S = spin_s  # read by the wait's first step, before it yields
-            try:
-                await cudafd.wait(stream)
-            finally:
-                policy.SPIN_S = _SPIN_S
 
         return waiters.Way(w)
     elif key == "thread20us_s1":

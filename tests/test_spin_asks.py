@@ -122,8 +122,7 @@ class _T:
     kind, handle = "stream", 42
 
 
-def test_only_the_first_asking_wait_of_a_target_asks_and_they_end_in_order(monkeypatch):
-    monkeypatch.setattr("cudafd._core.policy.SPIN_S", 0.0)
+def test_only_the_first_asking_wait_of_a_target_asks_and_they_end_in_order():
     n, policy = _Stub(), WaitPolicy()
     first = policy.steps(n, _T())
     assert next(first) is None  # lone: asked again once, then it watches
@@ -142,8 +141,7 @@ def test_only_the_first_asking_wait_of_a_target_asks_and_they_end_in_order(monke
     assert n.asked == [1, 2] and n.cancelled == [] and not policy.busy()
 
 
-def test_a_cancelled_asking_wait_is_detached(monkeypatch):
-    monkeypatch.setattr("cudafd._core.policy.SPIN_S", 0.0)
+def test_a_cancelled_asking_wait_is_detached():
     n, policy = _Stub(), WaitPolicy()
     steps = policy.steps(n, _T())
     next(steps)

@@ -64,3 +64,26 @@ def test_waits_on_other_streams_are_not_held_up_by_the_yield():
     assert _run_to_end(policy.steps(n, _Target(8))) == []  # another stream: at once
     _run_to_end(first)
     assert not policy.busy()
+
+
+class _Running(_Notifier):
+    """The work is still running at every look."""
+
+    adapter_asks = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.looks = 0
+
+    def adapter_done_now(self, t: _Target) -> bool:
+        self.looks += 1
+        return False
+
+
+def test_a_wait_on_running_work_looks_yields_once_looks_again_then_parks():
+    policy, n = WaitPolicy(), _Running()
+    steps = policy.steps(n, _Target(7))
+    assert next(steps) is None and n.looks == 1 and n.watched == 0  # the fast path's look, then the yield
+    assert next(steps) == 1 and n.looks == 2  # looked once more, watched: park on token 1
+    steps.close()
+    assert not policy.busy()

@@ -17,11 +17,14 @@ exception, cancellation), so the bookkeeping here is undone.
    row yields to the loop anyway, so a task that launches tiny kernels and
    awaits them in a loop cannot starve the others; during that yield it
    counts as in progress on its stream, as a wait asking again does.
-2. Ask again. Otherwise a lone wait yields to the loop and asks again, for up
-   to SPIN_S: a tiny kernel ends a few microseconds after its launch returns,
-   sooner than any thread could be woken to tell the loop, and in a busy loop
-   the one yield lets the other tasks run, after which the work is usually
-   over and no watch is needed at all.
+2. Ask again. Otherwise a lone wait yields to the loop once and asks again:
+   a tiny kernel ends a few microseconds after its launch returns, sooner
+   than any thread could be woken to tell the loop, and within one pass of
+   an idle loop; in a busy loop the one yield lets the other tasks run,
+   after which the work is often over and no watch is needed at all. Asking
+   for longer only costs the loop's CPU: on the H200, a 30 µs window of asks
+   was no earlier for any kernel length and cost up to 0.1 cores more
+   (docs/performance.md).
 3. Watch. Then it watches (Notifier.adapter_watch: the core records an event
    and its poller finds the end) and parks on the token.
 4. Or asks until over. A Notifier whose tasks ask about their waits
@@ -38,9 +41,9 @@ Order: the waits on one stream return in the order they started. Steps 1
 and 2 apply only to a wait that is alone on its stream, and a later wait
 watches only once the earlier one stopped asking again, so a later wait
 never returns ahead of an earlier one: the core completes one stream's
-watched waits in order, and an ask about a wait answers "not yet" while an
-earlier wait of its stream is pending. Waits on events share one such line (key -1) per
-adapter object. An adapter whose loop runs the tasks it wakes together in no
+watched waits in order, and of the waits asking about themselves (step 4)
+only the first of a target asks. Waits on events share one such line (key
+-1) per adapter object. An adapter whose loop runs the tasks it wakes together in no
 set order (trio) also keeps the watched waits of each target in a
 :class:`Lane` and wakes a reported wait only when it is first in its lane.
 
@@ -62,13 +65,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Generator
-from time import perf_counter
 from typing import Any
 
-__all__ = ["ASK_RATIO", "QUICK_YIELD_EVERY", "SPIN_S", "Lane", "WaitPolicy", "ask_interval_ns"]
+__all__ = ["ASK_RATIO", "QUICK_YIELD_EVERY", "Lane", "WaitPolicy", "ask_interval_ns"]
 
 ASK_RATIO = 16  # a wait is asked again after 1/16 of its age (within a quarter of its budget and the budget)
-SPIN_S = 30e-6  # a lone wait yields and asks again for this long before it watches
 QUICK_YIELD_EVERY = 8  # a yield after this many waits in a row that were over before they began
 
 
@@ -121,13 +122,9 @@ class WaitPolicy:
                 spinning = self._spinning
                 spinning.add(key)
                 try:
-                    until = perf_counter() + SPIN_S
-                    while True:
-                        yield None
-                        if notifier.adapter_done_now(t):
-                            return
-                        if perf_counter() >= until:
-                            break
+                    yield None
+                    if notifier.adapter_done_now(t):
+                        return
                     token = notifier.adapter_watch(t)
                 finally:
                     spinning.discard(key)
