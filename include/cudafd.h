@@ -148,8 +148,8 @@ int cudafd_notifier_set_max_lateness(cudafd_notifier *n, int64_t ns);
 int cudafd_ask_token(cudafd_notifier *n, uint64_t token, int64_t *status);
 /* A spin notifier whose callers ask about its waits themselves
  * (cudafd_ask_token at every pass) while they wait (on: nonzero): its waits
- * watched from now on are asked by the poller only on the event mechanism's
- * schedule (a backstop), so the poller does not spin on them; off: they spin
+ * watched from now on are asked by the poller only every max(max_lateness,
+ * 10 ms) (a backstop), so the poller does not spin on them; off: they spin
  * again. CUDAFD_E_INVALID for another mechanism. */
 int cudafd_notifier_set_asking(cudafd_notifier *n, int on);
 /* Make now every stream the notifier's waits in `stream`'s context may need

@@ -187,6 +187,22 @@ def test_lateness_targets_on_synthetic_figures():
     assert {r["status"] for r in empty} == {"n/a"}
 
 
+def test_a_missed_target_names_what_meeting_it_cost_in_the_same_run():
+    """Beside a miss: the ways of the run that met the lateness target, cheapest first with
+    their cores (the default's own aside), and the ways cheap enough for the CPU target
+    with their lateness."""
+    rows = {r["figure"].split(", asyncio")[0]: r for r in evaluate(_section((60, 150, 0.2), (35, 60, 1.0), (300, 900, 0.1)))}
+    one = rows["lateness, one stream 50 us, 200 us, 1 ms, random"]["measured"]
+    assert "the default's cores: 50us 0.20" in one
+    # net 25 and 30: both within; the executor (net 290) is not
+    assert "ways within the p50 target here, cores: 50us: cudafd spin 1.00, sleep(0) poll 1.00;" in one
+    assert "executor" not in one.split("ways within")[1]
+    many = rows["lateness, 64 streams random"]["measured"]
+    assert "ways at sleep(0)'s p50 or under here, cores: random: sleep(0) poll 1.00" in many
+    cpu = rows["CPU, one stream back to back"]["measured"]  # 2x the executor's; nothing at <= 0.08 cores
+    assert "1ms: ways at <= 0.080 cores here, p50 us: none" in cpu
+
+
 def test_sections_chosen_by_name():
     assert options.parse(["lateness"]).only == ["lateness"]
     assert options.parse(["--sections", "lateness,cpu"]).only == ["lateness", "cpu"]

@@ -16,11 +16,12 @@
  * the poller's backstop may queue an earlier one meanwhile anyway.
  *
  * While a spin notifier is asking (cudafd_notifier_set_asking), its new waits
- * go to lanes of their own that the poller asks on the event mechanism's
- * schedule instead of spinning on them: the poller remains the backstop (a
- * task that stops asking, a fault found elsewhere) without keeping a second
- * core busy. What the poller finds first goes through the queue as usual;
- * the ask then answers CUDAFD_E_UNKNOWN_TOKEN, and the caller drains.
+ * go to lanes of their own that the poller asks only every max(max_lateness,
+ * 10 ms) instead of spinning on them (waiters.c): the poller remains the
+ * backstop (a caller that stops asking) and pops what the callers took,
+ * without keeping a second core busy or contending for the lock with them.
+ * What the poller finds first goes through the queue as usual; the ask then
+ * answers CUDAFD_E_UNKNOWN_TOKEN, and the caller drains.
  *
  * Ownership. The lanes stay the poller's: a wait found over here is handed
  * to the caller (detached from its notifier as if drained) but left in its

@@ -146,7 +146,7 @@ typedef struct cfd_lane {
 } cfd_lane;
 
 /* The lane kind of a spin notifier's waits while its caller asks about them
- * itself (ask.c): the poller asks such lanes on the event schedule. */
+ * itself (ask.c): the poller asks such lanes only as a backstop (waiters.c). */
 #define CFD_LANE_ASKED 16
 int cfd_lane_kind(const struct cudafd_notifier *n); /* the lane key's mech for n's new waits; g.mu held */
 

@@ -34,9 +34,10 @@
  * own age: no history, no prediction. A lane due within a quarter of its
  * interval joins a round that runs anyway, so lanes due at nearby times
  * share one wake. Spin lanes are asked in every round, and while one is
- * pending the poller does not sleep at all; the lanes of a spin notifier
- * whose caller asks itself (CFD_LANE_ASKED, ask.c) are on the schedule
- * above.
+ * pending the poller does not sleep at all. The lanes of a spin notifier's
+ * waits whose callers ask about them themselves (CFD_LANE_ASKED, ask.c) are
+ * asked every max(budget, ASKED_BACKSTOP_NS): a backstop, and the popping of
+ * the waits the callers took.
  *
  * Why these numbers (H200 host, bench/policy_sweep.py):
  * each wake of the poller costs ~8 us of CPU there, and handing a completion
@@ -91,6 +92,10 @@
 #define SPIN_RELAX 64 /* pause instructions between two spinning rounds */
 #endif
 #define COALESCE_DIV 4 /* a lane may be asked this fraction of its interval early */
+/* A lane whose waits their callers ask about themselves (CFD_LANE_ASKED) is
+ * asked at most this often: a backstop for a caller that stops asking, and
+ * the reaping of the waits they took, never the way their waits end. */
+#define ASKED_BACKSTOP_NS (10LL * 1000 * 1000)
 
 static void *poller_main(void *arg);
 
@@ -199,6 +204,11 @@ static void plan(cfd_lane *l, int64_t now)
     if (l->mech == CUDAFD_MECH_SPIN) {
         l->next_poll = now;
         l->step = 0;
+        return;
+    }
+    if (l->mech == CFD_LANE_ASKED) {
+        l->step = ASKED_BACKSTOP_NS > lane_budget(l) ? ASKED_BACKSTOP_NS : lane_budget(l);
+        l->next_poll = now + l->step;
         return;
     }
     if (l->mech == CUDAFD_MECH_SYNCFD && !(l->head->sp.rec && cfd_syncfd_known_passed_locked(l->head->sp.rec, l->head->sp.thr))) {

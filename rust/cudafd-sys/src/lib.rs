@@ -146,7 +146,7 @@ extern "C" {
     /// (`CUDAFD_E_UNKNOWN_TOKEN`: cancelled, or queued already: drain it).
     pub fn cudafd_ask_token(n: *mut cudafd_notifier, token: u64, status: *mut i64) -> c_int;
     /// A spin notifier whose callers call [`cudafd_ask_token`] while they wait (on: 1): its
-    /// later waits are asked by the poller on the event schedule only.
+    /// later waits are asked by the poller only as a backstop (every max(max_lateness, 10 ms)).
     pub fn cudafd_notifier_set_asking(n: *mut cudafd_notifier, on: c_int) -> c_int;
     /// Make now every side stream the notifier's waits in `stream`'s context may need.
     pub fn cudafd_prepare(n: *mut cudafd_notifier, stream: usize) -> c_int;

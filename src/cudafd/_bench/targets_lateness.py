@@ -46,6 +46,18 @@ def _short(workload: str) -> str:
     return workload.split("x", 1)[1].lstrip("_")
 
 
+def _meeting(res: dict, workload: str, ok, net: bool) -> str:
+    """The ways of this run, the default's own aside, whose (net) figures pass ``ok``, cheapest
+    first with their cores: what meeting the target cost here (none: nothing did)."""
+    ways = (res.get("workloads", {}).get(workload) or {}).get("methods") or {}
+    met = sorted((m["cores"], LABELS[k]) for k, m in ways.items()
+                 if k not in (JUDGED, "spin_floor") and k not in BOUNDS and m.get("n") and m.get("cores") is not None
+                 and ok(_fig(m, net)))
+    if not met:
+        return f"{_short(workload)}: none"
+    return f"{_short(workload)}: " + ", ".join(f"{label} {cores:.2f}" for cores, label in met[:3])
+
+
 def _bounded(res: dict, loop: str, names: list[str], p50: float, p99: float, title: str, net: bool) -> dict:
     figure = f"lateness, {title}, {loop}"
     target = f"p50 <= {p50:.0f} us, p99 <= {p99:.0f} us" + (" (minus the spin floor)" if net else "")
@@ -65,6 +77,10 @@ def _bounded(res: dict, loop: str, names: list[str], p50: float, p99: float, tit
               if (b := _fig(_m(res, name, HANDOFF) or {}, net)) and "p50" in b]
     if bounds:  # waiters.BOUNDS: the least a loop asleep until told is late here
         measured += f"; {LABELS[HANDOFF]}, p50 us: " + ", ".join(bounds)
+    cores = [f"{_short(name)} {m['cores']:.2f}" for name in names if (m := _m(res, name, JUDGED)) and m.get("cores")]
+    measured += "; the default's cores: " + ", ".join(cores)
+    measured += "; ways within the p50 target here, cores: " + "; ".join(
+        _meeting(res, name, lambda d: d.get("p50", float("inf")) <= p50, net) for name in names)
     return _row(figure, target, measured, ok)
 
 
@@ -75,6 +91,10 @@ def _many(res: dict, loop: str) -> dict:
     if m is None or s0 is None or m.get("cores") is None:
         return _row(figure, target, "not measured", None)
     measured = f"p50 {_n(m['p50'])} us (sleep(0) {_n(s0['p50'])}), p99 {_n(m['p99'])} us, {m['cores']:.2f} cores"
+    if (b := _m(res, "64x_random", HANDOFF)) is not None:
+        measured += f"; {LABELS[HANDOFF]}: p50 {_n(b['p50'])} us"
+    measured += "; ways at sleep(0)'s p50 or under here, cores: " + _meeting(
+        res, "64x_random", lambda d: d.get("p50", float("inf")) <= s0["p50"], False)
     ok = m["p50"] <= s0["p50"] and m["p99"] <= MANY_P99_US and m["cores"] <= MANY_CORES
     return _row(figure, target, measured, ok)
 
@@ -92,6 +112,16 @@ def _cpu(res: dict, loop: str) -> dict:
         ratio = m["cores"] / ex["cores"]
         parts.append(f"{name[2:]} {m['cores']:.3f} = {ratio:.2f}x executor ({ex['cores']:.3f})")
         oks.append(ratio <= CPU_VS_EXECUTOR)
+    for name in ("1x1ms", "1x2ms"):  # what being that cheap cost here: the lateness of the ways that were
+        ex = _m(res, name, "executor")
+        if ex and ex.get("cores"):
+            cap = CPU_VS_EXECUTOR * ex["cores"]
+            ways = (res["workloads"][name].get("methods") or {})
+            cheap = sorted((_fig(w, True).get("p50", w["p50"]), LABELS[k]) for k, w in ways.items()
+                           if k not in (JUDGED, "spin_floor") and k not in BOUNDS and w.get("n")
+                           and w.get("cores") is not None and w["cores"] <= cap)
+            parts.append(f"{name[2:]}: ways at <= {cap:.3f} cores here, p50 us: "
+                         + (", ".join(f"{label} {_n(p)}" for p, label in cheap[:3]) or "none"))
     m = _m(res, "1x10ms", JUDGED)
     if m and m.get("cores") is not None:
         parts.append(f"10ms {m['cores']:.3f} cores")

@@ -79,7 +79,7 @@ class NativeBackend:
 
     def set_asking(self, on: bool) -> None:
         """spin: the waits watched from now on are asked about by their caller (ask_token),
-        the poller only backing it up, on the event schedule (cudafd_notifier_set_asking)."""
+        the poller only backing it up, every max(max_lateness, 10 ms) (cudafd_notifier_set_asking)."""
         rc = self._set_asking(self._ptr, 1 if on else 0)
         if rc:
             _lib.raise_for(self._lib, rc, "leaving the waits to the caller's asks")

@@ -40,7 +40,7 @@ uses. The methods are the ``adapter_*`` ones plus ``cancel()``, ``poll()``,
   about their own waits instead of parking: ``adapter_ask(token)`` asks the
   driver on the calling thread (one query) and says whether the wait is
   over, and with what. The core's poller leaves such waits to them and only
-  backs them up, on the event mechanism's schedule, so one core spins (the
+  backs them up (every max(max_lateness, 10 ms)), so one core spins (the
   loop's), not two.
 * check: ``adapter_done_now(t)`` answers "is this resolved target over by now,
   without error?" with one driver query and no lock (the fast path).
