@@ -5,7 +5,6 @@ the core's poller, told so per wait, backs it up every max(max_lateness,
 """
 from __future__ import annotations
 
-import importlib.util
 import time
 
 import pytest
@@ -15,7 +14,6 @@ import cudafd
 from cudafd._core.policy import WaitPolicy
 from cudafd._core.targets import resolve
 
-LOOPS = ["asyncio", "trio"] + (["uvloop"] if importlib.util.find_spec("uvloop") else [])
 LATE_S = 5.0  # a max_lateness whose poller asks first after 1.25 s: an earlier end is the task's ask
 
 
@@ -158,21 +156,19 @@ async def _timed_wait(s, n, seconds: float) -> tuple[float, bool]:
     return time.monotonic() - t0, s.idle()
 
 
-@pytest.mark.parametrize("flavor", LOOPS)
-def test_the_tasks_ask_ends_a_spin_wait_before_the_poller_would(dev, flavor):
+def test_the_tasks_ask_ends_a_spin_wait_before_the_poller_would(dev, loop_flavor):
     s = dev.stream()
 
     async def body(api):
         with cudafd.Notifier("spin", max_lateness=LATE_S) as n:
             return [await _timed_wait(s, n, 0.02) for _ in range(3)]
 
-    for took, idle in run(flavor, "spin", body):
+    for took, idle in run(loop_flavor, "spin", body):
         assert idle, "a wait ended before its work"
         assert took < LATE_S / 4, f"the wait took {took:.3f} s: nothing but the poller found it"
 
 
-@pytest.mark.parametrize("flavor", LOOPS)
-def test_a_spin_wait_on_a_stream_kept_busy_ends_with_its_own_work(dev, flavor):
+def test_a_spin_wait_on_a_stream_kept_busy_ends_with_its_own_work(dev, loop_flavor):
     """A wait whose stream gets more work after the wait began ends with its own
     point, found by its task's ask (its event), not once the stream is idle."""
     s = dev.stream()
@@ -197,13 +193,12 @@ def test_a_spin_wait_on_a_stream_kept_busy_ends_with_its_own_work(dev, flavor):
             s.synchronize()
             return took[0], busy
 
-    took, busy = run(flavor, "spin", body)
+    took, busy = run(loop_flavor, "spin", body)
     assert busy, "the wait ended only once the later work had"
     assert took < LATE_S / 4, f"the wait took {took:.3f} s: the task's ask did not find it"
 
 
-@pytest.mark.parametrize("flavor", LOOPS)
-def test_spin_waits_on_many_streams_all_end_and_leave_nothing(dev, flavor):
+def test_spin_waits_on_many_streams_all_end_and_leave_nothing(dev, loop_flavor):
     streams = [dev.stream() for _ in range(6)]
 
     async def body(api):
@@ -216,14 +211,13 @@ def test_spin_waits_on_many_streams_all_end_and_leave_nothing(dev, flavor):
         await api.gather(*(task(i, st) for i, st in enumerate(streams)))
         return api.notifier.pending, api.notifier.statistics()
 
-    pending, stats = run(flavor, "spin", body)
+    pending, stats = run(loop_flavor, "spin", body)
     assert pending == 0
     assert stats["awaited"] == 0 and stats["fd_holds"] == 0, stats
 
 
 @pytest.mark.skipif(REAL, reason="a fault poisons the GPU's primary context: test_faults runs real faults in subprocesses")
-@pytest.mark.parametrize("flavor", LOOPS)
-def test_a_fault_reaches_a_spin_wait_through_its_ask(dev, flavor):
+def test_a_fault_reaches_a_spin_wait_through_its_ask(dev, loop_flavor):
     s = dev.stream()
 
     async def body(api):
@@ -234,5 +228,5 @@ def test_a_fault_reaches_a_spin_wait_through_its_ask(dev, flavor):
                 await cudafd.wait(s, notifier=n)
             return time.monotonic() - t0
 
-    took = run(flavor, "spin", body)
+    took = run(loop_flavor, "spin", body)
     assert took < LATE_S / 4, f"the fault took {took:.3f} s to reach the wait"

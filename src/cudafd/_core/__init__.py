@@ -9,7 +9,7 @@ Layers, each importing only those below it (tests/test_architecture.py checks):
 * targets: turning a framework's stream or event into a handle;
 * backend (the interface), native (the C core's notifier) and poll (the
   pure-Python "poll" mechanism): how GPU progress is learnt;
-* policy: how every loop waits (fast path, spin window, order of the waits on
+* policy: how every loop waits (fast path, asking again, order of the waits on
   one stream, poll intervals);
 * loop_hook: the slot through which the loop layer (cudafd/_loops/, above)
   installs its entry points, so the core never imports it;

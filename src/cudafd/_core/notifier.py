@@ -66,7 +66,7 @@ uses. The methods are the ``adapter_*`` ones plus ``cancel()``, ``poll()``,
   kept as long as the Notifier: per-Notifier tables of an adapter live there,
   never in attributes of the Notifier's.
 
-Waiting policy (fast path, spin window, order, poll intervals) is not part of
+Waiting policy (fast path, asking again, order, poll intervals) is not part of
 the protocol: it is cudafd/_core/policy.py, which every adapter follows.
 
 Lifetime: close() (idempotent, any thread) detaches every pending wait and
