@@ -287,9 +287,10 @@ class Notifier:
         """Loop-adapter protocol, where ``adapter_asks``: is the wait of this adapter_watch()
         token over? Asks the driver on this thread (native: cudafd_ask_token, one query).
         ``(True, None)`` or ``(True, its CudaError or ClosedError)`` once it is: the token is
-        then the caller's, no drain reports it. ``(False, None)`` while its work runs or an
-        earlier wait of its stream is pending (a stream's waits end in watch order). Raises
-        CudafdError if the core fails."""
+        then the caller's, no drain reports it. ``(False, None)`` while its work runs. Each
+        wait is over once its own work is: a caller with several waits on one stream asks
+        about the first only (policy.py), to end them in watch order. Raises CudafdError
+        if the core fails."""
         asked = self._asked
         with self._lock:
             if token in asked:

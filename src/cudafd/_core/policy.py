@@ -22,8 +22,9 @@ exception, cancellation), so the bookkeeping here is undone.
    than any thread could be woken to tell the loop, and within one pass of
    an idle loop; in a busy loop the one yield lets the other tasks run,
    after which the work is often over and no watch is needed at all. Asking
-   for longer only costs the loop's CPU: on the H200, a 30 µs window of asks
-   was no earlier for any kernel length and cost up to 0.1 cores more
+   for longer costs the loop's CPU for nothing: on the H200 a 30 µs window
+   of asks was later than one ask on 13 of 16 workloads, earlier on 3 by no
+   more than the spread between runs, and up to 0.09 cores dearer
    (docs/performance.md).
 3. Watch. Then it watches (Notifier.adapter_watch: the core records an event
    and its poller finds the end) and parks on the token.
@@ -43,9 +44,10 @@ watches only once the earlier one stopped asking again, so a later wait
 never returns ahead of an earlier one: the core completes one stream's
 watched waits in order, and of the waits asking about themselves (step 4)
 only the first of a target asks. Waits on events share one such line (key
--1) per adapter object. An adapter whose loop runs the tasks it wakes together in no
-set order (trio) also keeps the watched waits of each target in a
-:class:`Lane` and wakes a reported wait only when it is first in its lane.
+-1) per adapter object. An adapter whose loop runs the tasks it wakes
+together in no set order (trio) also keeps the watched waits of each target
+in a :class:`Lane` and wakes a reported wait only when it is first in its
+lane.
 
 Asking again: the "poll" mechanism's backend (whose timer the loop adapters,
 a Fence's blocking wait and its helper thread sleep on) asks about a wait it
