@@ -186,7 +186,7 @@ def test_a_spin_wait_on_a_stream_kept_busy_ends_with_its_own_work(dev, loop_flav
             async def later_work():
                 while n.pending == 0:  # the wait watched: its point is behind the 50 ms kernel only
                     await api.sleep(0)
-                s.launch(3.0)  # later work: the stream stays busy for 3 s more
+                s.launch(1.0)  # later work: the stream stays busy for 1 s more
 
             await api.gather(waiter(), later_work())
             busy = not s.idle()
