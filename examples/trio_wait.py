@@ -144,13 +144,13 @@ async def main(args: argparse.Namespace) -> int:
 
         # Cancellation detaches the wait; the GPU work goes on.
         s = streams[0]
-        t0 = time.perf_counter()
         gpu.launch(s, 0.05)
         with trio.move_on_after(0.005) as scope:
             await cudafd.wait(s)
-        check(scope.cancelled_caught, "move_on_after(5 ms) cancelled the wait on a 50 ms kernel")
+        running = not s.query()
+        check(scope.cancelled_caught and running, "move_on_after(5 ms) cancelled the wait while its 50 ms kernel ran")
         await cudafd.wait(s)
-        check(time.perf_counter() - t0 >= 0.045, "the kernel was not cancelled: a new wait saw it run to its end")
+        check(s.query(), "the kernel was not cancelled: a new wait saw it run to its end")
 
         # A Fence, awaited by several tasks at once.
         gpu.launch(s, 0.01)
