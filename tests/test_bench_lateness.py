@@ -61,9 +61,10 @@ def test_quick_lateness_section_gives_every_workload_and_method(tmp_path):
     if not has_max_lateness():
         assert "max_lateness" in res["errors"]["cudafd_ml1ms"]
     wl = res["workloads"]
-    if res["truncated"]:
+    if res["truncated"] and REAL:
         # Its time budget ran out first (on a GPU shared with the suite's other workers, whose
         # kernels it waits behind): its JSON says so, and the workloads that ran are whole.
+        # On the simulator the run is whole.
         assert wl and list(wl) == (ONE_STREAM + MANY + ["history"])[: len(wl)], list(wl)
     else:
         assert list(wl) == ONE_STREAM + MANY + ["history"]

@@ -21,6 +21,8 @@ def _queries_while_nobody_asks(dev, adapter: bool) -> int:
     """The core's queries while one spin wait on a 300 ms kernel runs and nothing but the poller asks."""
     s = dev.stream()
     with cudafd.Notifier("spin") as n:
+        if not adapter:  # an adapter's wait first: the setting follows each watch, not the Notifier
+            n.cancel(n.adapter_watch(resolve(dev.stream())))
         s.launch(0.3)
         before = cudafd.stats()["queries"]
         token = n.adapter_watch(resolve(s)) if adapter else n.watch(s)

@@ -56,6 +56,7 @@ class NativeBackend:
         self._c_cancel = lib.cudafd_cancel
         self._c_ask_token = lib.cudafd_ask_token
         self._set_asking = lib.cudafd_notifier_set_asking
+        self._asking = False  # cudafd_notifier_set_asking's state
         self._status = ctypes.c_int64()
         self._status_ref = ctypes.pointer(self._status)
         self.stream_done = lib.cudafd_stream_done  # ctypes returns 0/1: a bool in all but type
@@ -79,10 +80,14 @@ class NativeBackend:
 
     def set_asking(self, on: bool) -> None:
         """spin: the waits watched from now on are asked about by their caller (ask_token),
-        the poller only backing it up, every max(max_lateness, 10 ms) (cudafd_notifier_set_asking)."""
+        the poller only backing it up, every max(max_lateness, 10 ms) (cudafd_notifier_set_asking).
+        A call that changes nothing costs no native call."""
+        if on == self._asking:
+            return
         rc = self._set_asking(self._ptr, 1 if on else 0)
         if rc:
             _lib.raise_for(self._lib, rc, "leaving the waits to the caller's asks")
+        self._asking = on
 
     def prepare(self, handle: int) -> None:
         rc = self._lib.cudafd_prepare(self._ptr, handle)

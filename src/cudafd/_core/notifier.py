@@ -330,16 +330,12 @@ class Notifier:
             kind = t.kind
             backend = self._backend
             if kind == "stream" or kind == "event":
-                if asked:  # this wait only: watch()'s waits on this Notifier still spin in the core
-                    backend.set_asking(True)  # type: ignore[union-attr]
-                try:
-                    if kind == "stream":
-                        token = backend.watch_stream(t.handle)  # type: ignore[union-attr]
-                    else:
-                        token = backend.watch_event(t.handle, t.ctx)  # type: ignore[union-attr]
-                finally:
-                    if asked:
-                        backend.set_asking(False)  # type: ignore[union-attr]
+                if self.adapter_asks:  # per wait: watch()'s waits on this Notifier still spin in the core
+                    backend.set_asking(asked)  # type: ignore[union-attr]
+                if kind == "stream":
+                    token = backend.watch_stream(t.handle)  # type: ignore[union-attr]
+                else:
+                    token = backend.watch_event(t.handle, t.ctx)  # type: ignore[union-attr]
             else:  # nothing to wait for: report it at the next drain
                 token = self._next_done
                 self._next_done += 1
