@@ -18,6 +18,11 @@ Runs the lateness section's one-stream and N-stream workloads
 * ``thread20us_s1``: the 20 µs polling thread with 1 ns of timer slack.
 * ``sched<R>_<B>``: the default ("poll") mechanism with the schedule's ratio R
   and budget (max_lateness) B µs, for choosing them.
+* ``ml<N>``: the default wait on a Notifier with ``max_lateness`` N µs (the
+  native poller's schedule, one knob): what a cheaper or earlier schedule costs.
+* ``readereach``: the default wait on a Notifier of its own whose asyncio
+  reader is removed as soon as no wait is parked and added again for the
+  next one, against the default's reader kept between back-to-back waits.
 
 ``--methods a,b,c`` and ``--lengths 200us,1ms,...`` pick what runs.
 """
@@ -33,6 +38,7 @@ import cudafd
 from cudafd._bench import lateness, waiters
 from cudafd._bench.child import Progress
 from cudafd._core.timerfd import OneShot
+from cudafd._loops import asyncio_loop
 
 _orig_make = waiters._make
 
@@ -163,6 +169,20 @@ def _slack_thread(kernels):
     return poller
 
 
+_EAGER: set = set()  # Notifiers whose asyncio reader goes as soon as no wait is parked ("readereach")
+_linger = asyncio_loop._Parked.linger
+
+
+def _eager_linger(parked) -> None:
+    if parked.notifier in _EAGER:
+        parked.disarm()
+    else:
+        _linger(parked)
+
+
+asyncio_loop._Parked.linger = _eager_linger
+
+
 def _make(key: str, kernels, notifiers: list):
     obj = None
     if key.startswith("nap"):
@@ -186,6 +206,23 @@ def _make(key: str, kernels, notifiers: list):
             plan[1] = now + step
 
         b._asked = asked
+
+        async def w(stream, mark):
+            await cudafd.wait(stream, notifier=n)
+
+        return waiters.Way(w)
+    elif key.startswith("ml"):
+        n = cudafd.Notifier(max_lateness=int(key[2:]) * 1e-6)
+        notifiers.append(n)
+
+        async def w(stream, mark):
+            await cudafd.wait(stream, notifier=n)
+
+        return waiters.Way(w)
+    elif key == "readereach":
+        n = cudafd.Notifier()
+        notifiers.append(n)
+        _EAGER.add(n)
 
         async def w(stream, mark):
             await cudafd.wait(stream, notifier=n)
@@ -215,6 +252,7 @@ def main() -> None:
     ap.add_argument("--methods", default="cudafd_default,nap100,nap200,lpoll,lpoll50,lpoll100,cudafd_spin,lspin,"
                     "sleep0,executor,thread20us,thread20us_s1,spin_floor")
     ap.add_argument("--lengths", default="200us,1ms,5ms,random")
+    ap.add_argument("--streams", default="4,64", help="the N of the N-stream workloads ('' for none)")
     a = ap.parse_args()
     waiters._make = _make
     methods = a.methods.split(",")
@@ -223,7 +261,7 @@ def main() -> None:
     p = {"loop": a.loop, "methods": methods,
          "one_stream": [[name, spec[name], (20 if q else 120) if name in ("5ms", "10ms") else (30 if q else 240)]
                         for name in a.lengths.split(",")],
-         "random_s": [50e-6, 3000e-6], "rounds": 2 if q else 6, "streams": [4] if q else [4, 64],
+         "random_s": [50e-6, 3000e-6], "rounds": 2 if q else 6, "streams": [int(x) for x in a.streams.split(",") if x],
          "window_s": 0.1 if q else 0.4, "multi_rounds": 1 if q else 2, "history": None, "warmup": 3,
          "torch": True, "soft_s": 200, "hard_s": 260}
     out = lateness.run(p, Progress("wake_probe", a.out or "/dev/null", 260))
@@ -235,7 +273,8 @@ def main() -> None:
         print(f"-- {name}")
         for key, m in wl["methods"].items():
             lat = m.get("net") or m
-            print(f"  {key:15s} p50 {lat['p50']:8.1f}  p99 {lat['p99']:8.1f}  cores {m.get('cores', 0):.3f}")
+            split = f" (loop {m['cores_loop']:.3f}, cudafd {m.get('cores_cudafd', 0):.3f})" if "cores_loop" in m else ""
+            print(f"  {key:15s} p50 {lat['p50']:8.1f}  p99 {lat['p99']:8.1f}  cores {m.get('cores', 0):.3f}{split}")
 
 
 if __name__ == "__main__":

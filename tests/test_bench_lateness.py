@@ -11,6 +11,8 @@ import math
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -133,6 +135,7 @@ class _FakeKernels:
 
 class _Meter:
     cpu, wall = 0.25, 1.0
+    split = {"loop": 0.125, "cudafd": 0.0625}
 
 
 def test_accumulator_turns_resume_times_into_lateness_and_cores():
@@ -145,6 +148,29 @@ def test_accumulator_turns_resume_times_into_lateness_and_cores():
     r = acc.result("cudafd_default")
     assert r["n"] == 3 and round(r["p50"], 2) == 30.0 and r["cores"] == 0.25 and r["anchor_err_us"] == 3.0
     assert r["label"] == "cudafd default"
+    assert (r["cores_loop"], r["cores_cudafd"]) == (0.125, 0.0625)
+    blind = _Meter()
+    blind.split = {}  # a meter that could not tell the threads apart: no split for the whole workload
+    acc.add(k, [], blind, 1e-6)
+    assert "cores_loop" not in acc.result("cudafd_default")
+
+
+def test_the_cpu_meter_tells_the_loops_thread_from_the_others():
+    from cudafd._bench.proc import CpuMeter
+
+    def burn(s):
+        end = time.thread_time() + s
+        while time.thread_time() < end:
+            pass
+
+    m = CpuMeter().start()
+    t = threading.Thread(target=burn, args=(0.05,))
+    t.start()
+    t.join()
+    burn(0.1)
+    m.stop()
+    assert m.split["loop"] >= 0.1 and m.split["cudafd"] == 0.0, m.split
+    assert m.cpu >= m.split["loop"] + 0.05 - 0.01, (m.cpu, m.split)  # the other thread counts in cpu only
 
 
 def test_pareto_dominance():

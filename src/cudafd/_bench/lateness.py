@@ -15,8 +15,11 @@ Workloads in the result: ``1x<name>`` (one stream), ``<N>x_random`` and
 ``history``. Per workload and method: the lateness summary in µs (:func:`.numbers.summary`),
 ``net`` (one stream: minus the spin floor's p50 in the same rounds), and
 ``cores``: process CPU seconds over wall seconds of that method's measured
-stretches. Kernels go through PyTorch when it has a CUDA device (``torch``
-param true), else the project's kernel (:mod:`.ends`).
+stretches, and of that ``cores_loop`` (the event loop's thread) and
+``cores_cudafd`` (cudafd's native threads: its poller); the rest is the
+other threads' (the executor's, the polling thread, the driver's). Kernels
+go through PyTorch when it has a CUDA device (``torch`` param true), else
+the project's kernel (:mod:`.ends`).
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ class _Acc:
     def __init__(self) -> None:
         self.lat: list[float] = []
         self.cpu = self.wall = 0.0
+        self.split: dict[str, float] | None = {}  # CPU s of the loop's and cudafd's threads; None: unknown
         self.anchor_us: list[float] = []
 
     def add(self, kernels, recs: list, meter: CpuMeter | None, half: float) -> None:
@@ -72,6 +76,11 @@ class _Acc:
         if meter is not None:
             self.cpu += meter.cpu
             self.wall += meter.wall
+            if self.split is not None and meter.split:
+                for k, v in meter.split.items():
+                    self.split[k] = self.split.get(k, 0.0) + v
+            else:
+                self.split = None
         self.anchor_us.append(half * 1e6)
 
     def result(self, key: str) -> dict:
@@ -79,6 +88,8 @@ class _Acc:
         if self.wall > 0:
             out["cores"] = round(self.cpu / self.wall, 4)
             out["cpu_s"], out["wall_s"] = round(self.cpu, 4), round(self.wall, 4)
+            for k, v in (self.split or {}).items():
+                out[f"cores_{k}"] = round(v / self.wall, 4)
         if self.anchor_us:
             out["anchor_err_us"] = round(max(self.anchor_us), 2)
         return out

@@ -3,7 +3,8 @@
 * one stream: lateness minus the spin floor, ``p50/p99`` µs, one column per
   kernel length (and the 100 µs waits after the history run's long stretch);
   the floor's own raw figures on the last line;
-* one stream: process CPU cores per method and length;
+* one stream: process CPU cores per method and length, and by thread
+  (the loop's, cudafd's native threads, the rest);
 * N streams, random lengths: raw ``p50/p99`` µs and cores.
 """
 
@@ -58,6 +59,15 @@ def _cores(m: dict | None) -> str:
     return f"{m['cores']:.3f}" if m and m.get("cores") is not None else ""
 
 
+def _split(m: dict | None) -> str:
+    """``loop+cudafd+rest`` cores, two decimals without the leading zero (``.12+.08+.03``)."""
+    if not m or m.get("cores_loop") is None:
+        return ""
+    loop, ours = m["cores_loop"], m.get("cores_cudafd", 0.0)
+    rest = max(0.0, m["cores"] - loop - ours)
+    return "+".join(f"{x:.2f}".removeprefix("0") for x in (loop, ours, rest))
+
+
 def _keys(workloads: list[dict]) -> list[str]:
     keys: list[str] = []
     for w in workloads:
@@ -85,6 +95,10 @@ def _one_stream(res: dict) -> list[str]:
     cpu_rows = [[LABELS[k]] + [_cores(w["methods"].get(k)) for w in ones.values()] for k in keys]
     cpu = f"One stream, {res['loop']}: process CPU cores (CPU s per wall s over the method's rounds)"
     out = [lat + "\n" + table(head, rows), cpu + "\n" + table(["method"] + list(ones), cpu_rows)]
+    split_rows = [[LABELS[k]] + [_split(w["methods"].get(k)) for w in ones.values()] for k in keys]
+    if any(c for r in split_rows for c in r[1:]):
+        by = f"One stream, {res['loop']}: the same by thread, cores: the loop's + cudafd's native threads + the rest"
+        out.append(by + "\n" + table(["method"] + list(ones), split_rows))
     if hist.get("methods"):
         parts = []
         for k, m in hist["methods"].items():

@@ -7,7 +7,13 @@ into ``asyncio.sleep(0)``. What is left here is parking and waking. A parked
 wait waits on a future. While any future is parked, the Dispatcher keeps
 ``loop.add_reader(fd)`` registered; its callback drains the Notifier and
 resolves the futures of the tokens it got, in the order the core found
-them, and futures resolved in one callback resume in that order.
+them, and futures resolved in one callback resume in that order. Once none
+is parked the reader stays registered until a pass of the loop finds no
+wait of the Dispatcher in progress: a task that awaits its GPU work in a
+loop parks its next wait a pass or two after the last one ended, and
+keeping the reader costs a callback per pass meanwhile where removing and
+adding it again costs two selector changes (about 14 µs a wait under
+asyncio; docs/performance.md).
 
 With the "spin" mechanism nothing is parked: each waiting task yields
 (``sleep(0)``) and asks about its own wait at every pass (the policy's step
@@ -99,13 +105,15 @@ class _Parked:
     resolves them. Only the loop (through the registered callback) and the
     parked coroutines hold it."""
 
-    __slots__ = ("loop", "notifier", "futures", "fd", "__weakref__")
+    __slots__ = ("loop", "notifier", "busy", "futures", "fd", "check", "__weakref__")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, notifier: Notifier) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, notifier: Notifier, busy: Callable[[], bool]) -> None:
         self.loop = loop
         self.notifier = notifier
+        self.busy = busy  # whether a wait of the Dispatcher is in progress (WaitPolicy.busy)
         self.futures: dict[int, asyncio.Future[None]] = {}  # by token
-        self.fd = -1  # registered with add_reader (>= 0) while futures are parked
+        self.fd = -1  # registered with add_reader (>= 0) while futures are parked, and a pass or two after
+        self.check: asyncio.Handle | None = None  # the scheduled _idle
 
     def park(self, token: int) -> asyncio.Future[None]:
         """A future for ``token``, resolved when a drain reports it; registers the reader if need be."""
@@ -119,8 +127,29 @@ class _Parked:
         del self.futures[token]
         self.notifier.cancel(token)
 
+    def linger(self) -> None:
+        """None is parked: unregister the reader at the first pass with no wait in progress."""
+        if self.check is not None or self.fd < 0:
+            return
+        if self.loop.is_closed():  # a coroutine closed after its loop: nothing will run
+            self.disarm()
+        else:
+            self.check = self.loop.call_soon(self._idle)
+
+    def _idle(self) -> None:
+        self.check = None
+        if self.futures or self.fd < 0:
+            return
+        if self.busy():  # a wait yielding before it parks: look again next pass
+            self.check = self.loop.call_soon(self._idle)
+            return
+        self.disarm()
+
     def disarm(self) -> None:
         fd, self.fd = self.fd, -1
+        if self.check is not None:
+            self.check.cancel()
+            self.check = None
         if fd >= 0:
             _remove_reader(self.loop, self.notifier, fd)
 
@@ -156,7 +185,7 @@ class _Parked:
             else:
                 fut.set_exception(exc)
         if not futures:
-            self.disarm()
+            self.linger()
 
 
 class Dispatcher:
@@ -200,7 +229,7 @@ class Dispatcher:
     async def _park(self, loop: asyncio.AbstractEventLoop, notifier: Notifier, token: int) -> None:
         parked = self._parked()
         if parked is None:
-            parked = _Parked(loop, notifier)
+            parked = _Parked(loop, notifier, self._policy.busy)
             self._parked = weakref.ref(parked)
         try:
             fut = parked.park(token)
@@ -214,9 +243,7 @@ class Dispatcher:
             if token in futures:  # not reported: cancelled, or the coroutine was closed
                 parked.forget(token)
             if not futures:
-                parked.disarm()
-                if self._parked() is parked:
-                    self._parked = _none
+                parked.linger()
 
 
 def _none() -> None:
