@@ -234,6 +234,13 @@ def test_a_missed_target_names_what_meeting_it_cost_in_the_same_run():
     assert "ways at sleep(0)'s p50 or under here, cores: random: sleep(0) poll 1.00" in many
     cpu = rows["CPU, one stream back to back"]["measured"]  # 2x the executor's; nothing at <= 0.08 cores
     assert "1ms: ways at <= 0.080 cores here, p50 us: none" in cpu
+    assert "loop's thread" not in cpu  # no split measured: none printed
+    section = _section((60, 150, 0.2), (35, 60, 1.0), (300, 900, 0.1))
+    for w in section["lateness"]["asyncio"]["workloads"].values():
+        w["methods"]["cudafd_default"].update(cores_loop=0.125, cores_cudafd=0.05)
+    rows = {r["figure"].split(", asyncio")[0]: r for r in evaluate(section)}
+    cpu = rows["CPU, one stream back to back"]["measured"]
+    assert "1ms 0.200 = 2.00x executor (0.100) (loop's thread 0.125, cudafd's threads 0.050)" in cpu
 
 
 def test_sections_chosen_by_name():

@@ -99,6 +99,13 @@ def _many(res: dict, loop: str) -> dict:
     return _row(figure, target, measured, ok)
 
 
+def _by_thread(m: dict) -> str:
+    """`` (loop's thread L, cudafd's threads C)`` where the run split the CPU by thread."""
+    if m.get("cores_loop") is None:
+        return ""
+    return f" (loop's thread {m['cores_loop']:.3f}, cudafd's threads {m.get('cores_cudafd', 0.0):.3f})"
+
+
 def _cpu(res: dict, loop: str) -> dict:
     figure = f"CPU, one stream back to back, {loop}"
     target = f"<= {CPU_VS_EXECUTOR}x the executor's at 1 ms and 2 ms; <= {CPU_10MS} cores at 10 ms"
@@ -110,7 +117,7 @@ def _cpu(res: dict, loop: str) -> dict:
             oks.append(None)
             continue
         ratio = m["cores"] / ex["cores"]
-        parts.append(f"{name[2:]} {m['cores']:.3f} = {ratio:.2f}x executor ({ex['cores']:.3f})")
+        parts.append(f"{name[2:]} {m['cores']:.3f} = {ratio:.2f}x executor ({ex['cores']:.3f})" + _by_thread(m))
         oks.append(ratio <= CPU_VS_EXECUTOR)
     for name in ("1x1ms", "1x2ms"):  # what being that cheap cost here: the lateness of the ways that were
         ex = _m(res, name, "executor")
@@ -124,7 +131,7 @@ def _cpu(res: dict, loop: str) -> dict:
                          + (", ".join(f"{label} {_n(p)}" for p, label in cheap[:3]) or "none"))
     m = _m(res, "1x10ms", JUDGED)
     if m and m.get("cores") is not None:
-        parts.append(f"10ms {m['cores']:.3f} cores")
+        parts.append(f"10ms {m['cores']:.3f} cores" + _by_thread(m))
         oks.append(m["cores"] <= CPU_10MS)
     else:
         parts.append("10ms not measured")
