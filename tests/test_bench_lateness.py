@@ -23,7 +23,7 @@ from cudafd._bench.clocks import anchor, end_on_host, lateness_us, net
 from cudafd._bench.lateness import _Acc
 from cudafd._bench.pareto import beaten_by, dominated, front
 from cudafd._bench.targets_lateness import evaluate
-from cudafd._bench.waiters import FLOOR, all_keys, has_max_lateness
+from cudafd._bench.waiters import FLOOR, HANDOFF, all_keys, has_max_lateness
 from support import REAL
 
 ONE_STREAM = [f"1x{name}" for name, _, _ in options.LATENESS_ONE_STREAM]
@@ -241,6 +241,16 @@ def test_a_missed_target_names_what_meeting_it_cost_in_the_same_run():
     rows = {r["figure"].split(", asyncio")[0]: r for r in evaluate(section)}
     cpu = rows["CPU, one stream back to back"]["measured"]
     assert "1ms 0.200 = 2.00x executor (0.100) (loop's thread 0.125, cudafd's threads 0.050)" in cpu
+    assert "bound" not in cpu  # the bound and the executor were not split
+    for w in section["lateness"]["asyncio"]["workloads"].values():
+        if "executor" not in w["methods"]:  # the history workload
+            continue
+        w["methods"]["executor"].update(cores_loop=0.06, cores_cudafd=0.0)  # 0.04 on its other threads
+        w["methods"][HANDOFF] = {"n": 10, "p50": 20.0, "p99": 50.0, "cores": 1.1, "cores_loop": 0.05, "cores_cudafd": 1.0}
+    rows = {r["figure"].split(", asyncio")[0]: r for r in evaluate(section)}
+    cpu = rows["CPU, one stream back to back"]["measured"]
+    assert "1ms bound: a loop told by one wake 0.090 = 0.90x executor" in cpu  # 0.05 + (0.1 - 0.06)
+    assert "10ms bound: a loop told by one wake 0.090 cores" in cpu
 
 
 def test_sections_chosen_by_name():
