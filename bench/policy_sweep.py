@@ -1,7 +1,11 @@
 """The poller's schedule, side by side: lateness and CPU of the default wait
-for several builds of the core (POLL_RATIO, POLL_FLOOR_DIV) and budgets.
+for several builds of the core (POLL_RATIO, POLL_FLOOR_DIV, POLL_YOUNG_DIV)
+and budgets.
 
-    python bench/policy_sweep.py OUT_DIR [R:F:BUDGET_US ...]
+    python bench/policy_sweep.py OUT_DIR [R:F:BUDGET_US[:Y] ...]
+
+Y (POLL_YOUNG_DIV, default 0: off): a wait younger than the floor is asked
+again after its age, but not sooner than BUDGET/Y (its first asks double).
 
 Each variant is built into OUT_DIR/<R-F> with `make -C native` and measured
 in a child process (CUDAFD_LIBRARY, CUDAFD_MAX_LATENESS) on the lateness
@@ -16,7 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-WORKLOADS = {"one_stream": [["200us", 200e-6, 240], ["1ms", 1e-3, 240], ["5ms", 5e-3, 120],
+WORKLOADS = {"one_stream": [["50us", 50e-6, 240], ["200us", 200e-6, 240], ["1ms", 1e-3, 240],
+                            ["2ms", 2e-3, 120], ["5ms", 5e-3, 120],
                             ["10ms", 10e-3, 60], ["random", None, 240]],
              "streams": [4, 64]}
 
@@ -25,9 +30,9 @@ def child(out: str) -> None:
     from cudafd._bench import lateness
     from cudafd._bench.child import Progress
 
-    p = {"loop": "asyncio", "methods": ["floor", "cudafd_default", "sleep0"], "random_s": [50e-6, 3000e-6],
+    p = {"loop": "asyncio", "methods": ["spin_floor", "cudafd_default", "sleep0", "thread20us"], "random_s": [50e-6, 3000e-6],
          "rounds": 4, "window_s": 0.4, "multi_rounds": 1, "history": None, "warmup": 5, "torch": True,
-         "soft_s": 60, **WORKLOADS}
+         "soft_s": 60, **WORKLOADS, **json.loads(os.environ.get("SWEEP_PARAMS", "{}"))}
     import cudafd
 
     before = cudafd.stats()
@@ -43,12 +48,13 @@ def main() -> None:
         return
     out = Path(sys.argv[1])
     root = Path(__file__).resolve().parent.parent
-    for spec in sys.argv[2:] or ["32:10:200"]:
-        r, f, budget = spec.split(":")
-        lib = out / f"lib-{r}-{f}"
+    for i, spec in enumerate(sys.argv[2:] or ["32:10:200"]):  # a spec may repeat: it runs again
+        r, f, budget, *young = spec.split(":")
+        y = young[0] if young else "0"
+        lib = out / f"lib-{r}-{f}-{y}"
         subprocess.run(["make", "-s", "-C", str(root / "native"), f"DEST={lib}",
-                        f"CFLAGS=-O2 -g -DPOLL_RATIO={r} -DPOLL_FLOOR_DIV={f}"], check=True)
-        run_dir = out / f"v-{r}-{f}-{budget}"
+                        f"CFLAGS=-O2 -g -DPOLL_RATIO={r} -DPOLL_FLOOR_DIV={f} -DPOLL_YOUNG_DIV={y}"], check=True)
+        run_dir = out / f"{i}-v-{r}-{f}-{budget}-{y}"
         run_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, CUDAFD_LIBRARY=str(lib / "libcudafd.so"), CUDAFD_MAX_LATENESS=str(int(budget) * 1e-6))
         subprocess.run([sys.executable, __file__, "--child", str(run_dir)], env=env, check=False, timeout=120)
@@ -59,7 +65,7 @@ def main() -> None:
             continue
         for wl, w in res["workloads"].items():
             cells = []
-            for m in ("cudafd_default", "sleep0"):
+            for m in ("cudafd_default", "thread20us"):
                 v = w["methods"].get(m) or {}
                 lat = v.get("net") or v
                 cells.append(f"{m} {lat.get('p50', float('nan')):.0f}/{lat.get('p99', float('nan')):.0f} us "
