@@ -4,7 +4,7 @@
   kernel length (and the 100 µs waits after the history run's long stretch);
   the floor's own raw figures on the last line;
 * one stream: process CPU cores per method and length, and by thread
-  (the loop's, cudafd's native threads, the rest);
+  (the loop's and cudafd's native threads);
 * N streams, random lengths: raw ``p50/p99`` µs and cores.
 """
 
@@ -60,12 +60,11 @@ def _cores(m: dict | None) -> str:
 
 
 def _split(m: dict | None) -> str:
-    """``loop+cudafd+rest`` cores, two decimals without the leading zero (``.12+.08+.03``)."""
+    """``loop+cudafd`` cores, two decimals without the leading zero (``.12+.08``); the rest of
+    the process's is its cores less these."""
     if not m or m.get("cores_loop") is None:
         return ""
-    loop, ours = m["cores_loop"], m.get("cores_cudafd", 0.0)
-    rest = max(0.0, m["cores"] - loop - ours)
-    return "+".join(f"{x:.2f}".removeprefix("0") for x in (loop, ours, rest))
+    return "+".join(f"{x:.2f}".removeprefix("0") for x in (m["cores_loop"], m.get("cores_cudafd", 0.0)))
 
 
 def _keys(workloads: list[dict]) -> list[str]:
@@ -97,7 +96,7 @@ def _one_stream(res: dict) -> list[str]:
     out = [lat + "\n" + table(head, rows), cpu + "\n" + table(["method"] + list(ones), cpu_rows)]
     split_rows = [[LABELS[k]] + [_split(w["methods"].get(k)) for w in ones.values()] for k in keys]
     if any(c for r in split_rows for c in r[1:]):
-        by = f"One stream, {res['loop']}: the same by thread, cores: the loop's + cudafd's native threads + the rest"
+        by = f"One stream, {res['loop']}: CPU by thread, cores: the loop's + cudafd's native threads"
         out.append(by + "\n" + table(["method"] + list(ones), split_rows))
     if hist.get("methods"):
         parts = []
