@@ -300,3 +300,25 @@ def test_c_example_without_a_driver_says_how_to_use_the_simulator(tmp_path):
     r = subprocess.run([str(src / "cudafd-epoll")], capture_output=True, text=True, timeout=120,
                        env=dict(env, CUDAFD_DRIVER=sim))
     assert r.returncode == 0 and "all checks passed" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("stream", [0, 1, 2])
+def test_default_stream_without_a_current_context_says_how_to_make_one(dev, mechanism, stream):
+    """A thread with no current context waiting on the default stream is told to make one current."""
+    import threading
+
+    caught: list[BaseException] = []
+
+    def body():
+        try:
+            cudafd.fence(stream, mechanism=mechanism).close()
+        except BaseException as e:  # noqa: BLE001 - handed to the test's thread
+            caught.append(e)
+
+    t = threading.Thread(target=body)
+    t.start()
+    t.join(30)
+    assert not t.is_alive()
+    assert len(caught) == 1 and isinstance(caught[0], cudafd.CudaError), caught
+    assert caught[0].name == "CUDA_ERROR_INVALID_CONTEXT"
+    assert "default stream" in str(caught[0]) and "cuCtxSetCurrent" in str(caught[0])

@@ -118,7 +118,12 @@ def _advice(code: int) -> str:
             "up): keep the stream/event object alive until the wait has finished"
         )
     if code in (201, 709):
-        return "the context was destroyed (or never current): keep it alive until the wait has finished"
+        return (
+            "no usable CUDA context: the stream's context was destroyed, or, for the default stream "
+            "(0, 1 or 2), none is current on this thread; initialise your framework on this thread "
+            "(torch.cuda.init(), cupy's first allocation) or make a context current (cuCtxSetCurrent), "
+            "and keep it alive until the wait has finished"
+        )
     if code in (3, 4):
         return "the CUDA driver is not initialised (or is shutting down): call cuInit / initialise your framework first"
     if code in (100, 101, 46):
