@@ -106,16 +106,25 @@ def _by_thread(m: dict) -> str:
     return f" (loop's thread {m['cores_loop']:.3f}, cudafd's threads {m.get('cores_cudafd', 0.0):.3f})"
 
 
-def cpu_bound(res: dict, workload: str) -> float | None:
+ONE_WAKE = ("executor", "cudafd_hostfunc")  # the ways that tell a sleeping loop with one wake of a thread
+
+
+def cpu_bound(res: dict, workload: str) -> tuple[float, str] | None:
     """The least CPU (cores) a way whose loop sleeps until it is told can cost on ``workload``,
-    from this run's split by thread: the loop's thread of the bound (a loop told at once by a
-    spinning thread: its loop's share of a wait and nothing else) plus everything but the loop's
-    thread of the executor (one wake of a thread asleep in the driver, the cheapest telling
-    there is, and the process's other threads). None where the run did not split the CPU."""
-    b, ex = _m(res, workload, HANDOFF), _m(res, workload, "executor")
-    if not b or not ex or b.get("cores_loop") is None or ex.get("cores_loop") is None:
+    from this run's split by thread, and the way that set it: the loop's thread of the bound (a
+    loop told at once by a spinning thread: its loop's share of a wait and nothing else) plus
+    everything but the loop's thread of the cheapest way here that finds the end with one wake of
+    a thread asleep in the driver (the executor's thread in a blocking sync, or the driver's own
+    thread calling hostfunc's trampoline). None where the run did not split the CPU."""
+    b = _m(res, workload, HANDOFF)
+    if not b or b.get("cores_loop") is None:
         return None
-    return b["cores_loop"] + max(0.0, ex["cores"] - ex["cores_loop"])
+    rest = [(max(0.0, w["cores"] - w["cores_loop"]), LABELS[k]) for k in ONE_WAKE
+            if (w := _m(res, workload, k)) and w.get("cores") is not None and w.get("cores_loop") is not None]
+    if not rest:
+        return None
+    least, label = min(rest)
+    return b["cores_loop"] + least, label
 
 
 def _cpu(res: dict, loop: str) -> dict:
@@ -131,7 +140,8 @@ def _cpu(res: dict, loop: str) -> dict:
         ratio = m["cores"] / ex["cores"]
         parts.append(f"{name[2:]} {m['cores']:.3f} = {ratio:.2f}x executor ({ex['cores']:.3f})" + _by_thread(m))
         if (bound := cpu_bound(res, name)) is not None:
-            parts.append(f"{name[2:]} bound: a loop told by one wake {bound:.3f} = {bound / ex['cores']:.2f}x executor")
+            parts.append(f"{name[2:]} bound: a loop told by one wake {bound[0]:.3f} = {bound[0] / ex['cores']:.2f}x "
+                         f"executor (the wake: {bound[1]}'s)")
         oks.append(ratio <= CPU_VS_EXECUTOR)
     for name in ("1x1ms", "1x2ms"):  # what being that cheap cost here: the lateness of the ways that were
         ex = _m(res, name, "executor")
@@ -147,7 +157,7 @@ def _cpu(res: dict, loop: str) -> dict:
     if m and m.get("cores") is not None:
         parts.append(f"10ms {m['cores']:.3f} cores" + _by_thread(m))
         if (bound := cpu_bound(res, "1x10ms")) is not None:
-            parts.append(f"10ms bound: a loop told by one wake {bound:.3f} cores")
+            parts.append(f"10ms bound: a loop told by one wake {bound[0]:.3f} cores (the wake: {bound[1]}'s)")
         oks.append(m["cores"] <= CPU_10MS)
     else:
         parts.append("10ms not measured")
