@@ -55,14 +55,39 @@ def test_the_starvation_yield_keeps_a_streams_order():
     assert not policy.busy()
 
 
-def test_waits_on_other_streams_are_not_held_up_by_the_yield():
-    policy, n = WaitPolicy(), _Notifier()
+class _Counting(_Notifier):
+    """Every stream's work is over; counts the looks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.looks = 0
+
+    def adapter_done_now(self, t: _Target) -> bool:
+        self.looks += 1
+        return True
+
+
+def test_a_wait_starting_in_a_busy_loop_yields_before_it_looks():
+    """While another wait is in progress, a wait on another stream does not ask before its
+    yield (its work was most likely launched just before): it yields once, looks once, and
+    work over by then needs no watch."""
+    policy, n = WaitPolicy(), _Counting()
     for i in range(QUICK_YIELD_EVERY - 1):
         _run_to_end(policy.steps(n, _Target(100 + i)))
     first = policy.steps(n, _Target(7))
-    assert next(first) is None
-    assert _run_to_end(policy.steps(n, _Target(8))) == []  # another stream: at once
+    assert next(first) is None  # the starvation yield: a wait in progress
+    looks = n.looks
+    other = policy.steps(n, _Target(8))
+    assert next(other) is None and n.looks == looks  # yielded without asking
+    assert _run_to_end(other) == [] and n.looks == looks + 1  # one look: over, no watch
     _run_to_end(first)
+    assert n.watched == 0
+    assert not policy.busy()
+
+
+def test_a_wait_starting_in_an_idle_loop_on_work_over_does_not_yield():
+    policy, n = WaitPolicy(), _Counting()
+    assert _run_to_end(policy.steps(n, _Target(8))) == [] and n.looks == 1
     assert not policy.busy()
 
 
@@ -85,5 +110,10 @@ def test_a_wait_on_running_work_looks_yields_once_looks_again_then_parks():
     steps = policy.steps(n, _Target(7))
     assert next(steps) is None and n.looks == 1 and n.watched == 0  # the fast path's look, then the yield
     assert next(steps) == 1 and n.looks == 2  # looked once more, watched: park on token 1
+    # meanwhile a wait on another stream starts in a busy loop: it yields, then looks once, then parks
+    other = policy.steps(n, _Target(8))
+    assert next(other) is None and n.looks == 2
+    assert next(other) == 2 and n.looks == 3
+    other.close()
     steps.close()
     assert not policy.busy()

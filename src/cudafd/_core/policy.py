@@ -10,14 +10,22 @@ on until a drain reports it; when it ends, the wait is over. The adapter
 closes the generator when its wait ends, however it ends (return,
 exception, cancellation), so the bookkeeping here is undone.
 
-1. Fast path. A wait alone on its stream (no earlier wait on that stream is
-   in progress here) whose work is already over (one cuStreamQuery or
-   cuEventQuery, Notifier.adapter_done_now) is over at once: no event is
-   recorded and nothing is parked. One such wait in QUICK_YIELD_EVERY in a
+1. Fast path. A wait that starts while no other wait is in progress here
+   and whose work is already over (one cuStreamQuery or cuEventQuery,
+   Notifier.adapter_done_now) is over at once: no event is recorded and
+   nothing is parked. One such wait in QUICK_YIELD_EVERY in a
    row yields to the loop anyway, so a task that launches tiny kernels and
    awaits them in a loop cannot starve the others; during that yield it
    counts as in progress on its stream, as a wait asking again does.
-2. Ask again. Otherwise a lone wait yields to the loop once and asks again:
+   A wait that starts while others are in progress (a busy loop) does not
+   ask before it yields: its work was almost always launched just before
+   (on the H200 a kernel was over when its launch returned in 19-65 of
+   3000), and each ask is a driver call on the loop's thread (3 µs with 64
+   streams busy there), which a loop of tasks that launch and await would
+   pay on every wait for nothing: 0.84x the awaits per second of sleep(0)
+   polling with it on 64 streams of 100 µs kernels (docs/performance.md).
+   Work already over then costs it one yield, as any await that yields.
+2. Ask again. Otherwise a lone wait yields to the loop once and asks:
    a tiny kernel ends a few microseconds after its launch returns, sooner
    than any thread could be woken to tell the loop, and within one pass of
    an idle loop; in a busy loop the one yield lets the other tasks run,
@@ -101,7 +109,7 @@ class WaitPolicy:
         key = t.handle if t.kind == "stream" else -1
         streams = self._streams
         lone = key not in streams
-        if lone and notifier.adapter_done_now(t):
+        if not streams and notifier.adapter_done_now(t):  # (busy: step 2 asks after the yield)
             self._quick += 1
             if self._quick < QUICK_YIELD_EVERY:
                 return
