@@ -56,15 +56,18 @@ def test_the_starvation_yield_keeps_a_streams_order():
 
 
 class _Counting(_Notifier):
-    """Every stream's work is over; counts the looks."""
+    """Counts the looks; the work is over at each (``over``), or still running."""
 
-    def __init__(self) -> None:
+    adapter_asks = False
+
+    def __init__(self, over: bool = True) -> None:
         super().__init__()
         self.looks = 0
+        self.over = over
 
     def adapter_done_now(self, t: _Target) -> bool:
         self.looks += 1
-        return True
+        return self.over
 
 
 def test_a_wait_starting_in_a_busy_loop_yields_before_it_looks():
@@ -91,22 +94,8 @@ def test_a_wait_starting_in_an_idle_loop_on_work_over_does_not_yield():
     assert not policy.busy()
 
 
-class _Running(_Notifier):
-    """The work is still running at every look."""
-
-    adapter_asks = False
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.looks = 0
-
-    def adapter_done_now(self, t: _Target) -> bool:
-        self.looks += 1
-        return False
-
-
 def test_a_wait_on_running_work_looks_yields_once_looks_again_then_parks():
-    policy, n = WaitPolicy(), _Running()
+    policy, n = WaitPolicy(), _Counting(over=False)
     steps = policy.steps(n, _Target(7))
     assert next(steps) is None and n.looks == 1 and n.watched == 0  # the fast path's look, then the yield
     assert next(steps) == 1 and n.looks == 2  # looked once more, watched: park on token 1
