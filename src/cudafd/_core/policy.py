@@ -22,8 +22,10 @@ exception, cancellation), so the bookkeeping here is undone.
    (on the H200 a kernel was over when its launch returned in 19-65 of
    3000), and each ask is a driver call on the loop's thread (3 µs with 64
    streams busy there), which a loop of tasks that launch and await would
-   pay on every wait for nothing: 0.84x the awaits per second of sleep(0)
-   polling with it on 64 streams of 100 µs kernels (docs/performance.md).
+   pay on every wait for nothing: on 64 streams of 100 µs kernels, in the
+   same rounds, 0.90x the awaits per second of sleep(0) polling without it
+   and 0.81x with it under asyncio, 0.85x and 0.83x under uvloop
+   (docs/performance.md).
    Work already over then costs it one yield, as any await that yields.
 2. Ask again. Otherwise a lone wait yields to the loop once and asks:
    a tiny kernel ends a few microseconds after its launch returns, sooner
