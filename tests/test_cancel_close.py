@@ -42,14 +42,17 @@ def test_task_cancel_detaches(dev, loop_flavor, mechanism):
     s = dev.stream()
 
     async def body(api):
-        s.launch(0.2)
+        s.launch(2.0)
         seen = []
 
-        async def look():
-            await api.sleep(0.01)
+        async def look():  # until the wait has watched (a loaded machine may take a while), then once
+            for _ in range(180):
+                await api.sleep(0.005)
+                if api.notifier.pending:
+                    break
             seen.append(api.notifier.pending)
 
-        finished, _ = await api.gather(api.within(0.05, api.wait(s)), look())
+        finished, _ = await api.gather(api.within(1.0, api.wait(s)), look())
         assert seen == [1] and finished is False
         assert api.notifier.pending == 0
         assert not s.idle()
