@@ -33,6 +33,7 @@ from cudafd._core.policy import WaitPolicy
 
 ASKFIRST = "cudafd_askfirst"
 _askers: set = set()  # Notifiers whose waits ask before they yield in a busy loop
+_own: dict = {}  # "n": the askfirst way's Notifier, one for every stream
 _steps = WaitPolicy.steps
 
 
@@ -45,7 +46,7 @@ def _steps_askfirst(self, notifier, t):
     if notifier in _askers and self._streams:
         key = t.handle if t.kind == "stream" else -1
         if key not in self._streams and notifier.adapter_done_now(t):
-            return _over()  # over at once, as an idle loop's fast path
+            return _over()  # over at once, as an idle loop's fast path (without its every-8th yield)
     return _steps(self, notifier, t)
 
 
@@ -57,7 +58,7 @@ methods.LABELS[ASKFIRST] = "cudafd event, asking before the yield"
 def _make_ab(key: str, kit: Kit, stream: int):
     if key != ASKFIRST:
         return _make(key, kit, stream)
-    n = _own.get("n")  # one Notifier of its own for every stream
+    n = _own.get("n")
     if n is None:
         n = _own["n"] = cudafd.Notifier("event")
         _askers.add(n)
@@ -71,7 +72,6 @@ def _make_ab(key: str, kit: Kit, stream: int):
     return askfirst
 
 
-_own: dict = {}
 throughput.make = _make_ab
 
 

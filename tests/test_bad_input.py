@@ -1,6 +1,8 @@
 """Bad input gets a clear exception, never a crash or a hang."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 import cudafd
@@ -305,8 +307,6 @@ def test_c_example_without_a_driver_says_how_to_use_the_simulator(tmp_path):
 @pytest.mark.parametrize("stream", [0, 1, 2])
 def test_default_stream_without_a_current_context_says_how_to_make_one(dev, mechanism, stream):
     """A thread with no current context waiting on the default stream is told to make one current."""
-    import threading
-
     caught: list[BaseException] = []
 
     def body():
