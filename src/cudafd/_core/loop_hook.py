@@ -5,7 +5,9 @@ lives above the core (``cudafd/_loops/``). The core never imports that layer:
 ``cudafd/_loops/__init__.py`` calls :func:`install` when it is imported (and
 ``cudafd/__init__.py`` imports it), handing down two callables:
 
-* ``wait(target, notifier=...)``: the coroutine of ``cudafd.wait``;
+* ``wait(target, notifier=...)``: the coroutine of ``cudafd.wait``, which
+  ``Notifier.wait()`` calls as this module's ``wait`` attribute: install()
+  puts the layer's function there, one call less on every wait;
 * ``wait_until(notifier, check)``: a coroutine that returns once ``check()``
   is true, looking again whenever the Notifier's adapter_hold_fd() fd turns
   readable (for the "poll" mechanism, its timer). A Fence awaits its outcome so;
@@ -26,19 +28,18 @@ from .errors import CudafdError
 
 __all__ = ["install", "running", "wait", "wait_until"]
 
-_wait: Callable[..., Coroutine[Any, Any, None]] | None = None
 _wait_until: Callable[..., Coroutine[Any, Any, None]] | None = None
 _running: Callable[[], str | None] = lambda: None
 
 
 def install(
-    wait: Callable[..., Coroutine[Any, Any, None]],
-    wait_until: Callable[..., Coroutine[Any, Any, None]],
-    running: Callable[[], str | None],
+    wait_fn: Callable[..., Coroutine[Any, Any, None]],
+    wait_until_fn: Callable[..., Coroutine[Any, Any, None]],
+    running_fn: Callable[[], str | None],
 ) -> None:
     """Give the core the loop layer's entry points (called once, at its import)."""
-    global _wait, _wait_until, _running
-    _wait, _wait_until, _running = wait, wait_until, running
+    global wait, _wait_until, _running
+    wait, _wait_until, _running = wait_fn, wait_until_fn, running_fn
 
 
 def running() -> str | None:
@@ -50,11 +51,9 @@ def _missing() -> CudafdError:
     return CudafdError("cudafd's event-loop layer is not loaded: import cudafd (not only cudafd._core)")
 
 
-def wait(target: object, notifier: object) -> Coroutine[Any, Any, None]:
-    """``cudafd.wait(target, notifier=notifier)``, through the installed loop layer."""
-    if _wait is None:
-        raise _missing()
-    return _wait(target, notifier=notifier)
+def wait(target: object, *, notifier: object) -> Coroutine[Any, Any, None]:
+    """``cudafd.wait(target, notifier=notifier)``: install() replaces this with the loop layer's."""
+    raise _missing()
 
 
 def wait_until(notifier: object, check: Callable[[], bool]) -> Coroutine[Any, Any, None]:

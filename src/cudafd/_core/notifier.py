@@ -587,7 +587,7 @@ class Notifier:
 
     def wait(self, target: object) -> Coroutine[Any, Any, None]:
         """``await n.wait(target)``: cudafd.wait(target, notifier=n)."""
-        return loop_hook.wait(target, self)
+        return loop_hook.wait(target, notifier=self)
 
     def __enter__(self) -> Notifier:
         return self

@@ -3,7 +3,8 @@
 What one ``await cudafd.wait(stream)`` does before it parks (the fast path,
 the asking again, the order of the waits on one stream) is the shared policy,
 cudafd/_core/policy.py: Dispatcher.wait runs its steps, turning each "yield"
-into ``asyncio.sleep(0)``. What is left here is parking and waking. A parked
+into a bare yield to the loop (what ``asyncio.sleep(0)`` does, one coroutine
+less). What is left here is parking and waking. A parked
 wait waits on a future. While any future is parked, the Dispatcher keeps
 ``loop.add_reader(fd)`` registered; its callback drains the Notifier and
 resolves the futures of the tokens it got, in the order the core found
@@ -56,8 +57,9 @@ anything else, the fast path included.
 from __future__ import annotations
 
 import asyncio
+import types
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 
 from .._core.errors import CudafdError
 from .._core.notifier import Notifier
@@ -67,7 +69,6 @@ from .._core.targets import INT_TARGETS, resolve
 __all__ = [
     "Dispatcher",
     "dispatcher",
-    "default_dispatcher",
     "default_notifier",
     "close_default_notifier",
 ]
@@ -202,6 +203,11 @@ class Dispatcher:
         self._parked: Callable[[], _Parked | None] = _none
         self._policy = WaitPolicy()
 
+    def serves(self) -> bool:
+        """True while its Notifier lives and is open."""
+        notifier = self._notifier_ref()
+        return notifier is not None and not notifier.closed
+
     def busy(self) -> bool:
         """True while a wait of this Dispatcher is in progress."""
         return self._policy.busy() or self._parked() is not None
@@ -221,7 +227,7 @@ class Dispatcher:
         try:
             for token in steps:
                 if token is None:
-                    await asyncio.sleep(0)
+                    await _yield()
                 else:
                     await self._park(loop, notifier, token)
         finally:
@@ -251,6 +257,12 @@ def _none() -> None:
     return None
 
 
+@types.coroutine
+def _yield() -> Generator[None, None, None]:
+    """Yield to the loop once: the task runs again in the next pass (as ``asyncio.sleep(0)``)."""
+    yield
+
+
 # ---- lookup -----------------------------------------------------------------
 
 _defaults: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Notifier] = weakref.WeakKeyDictionary()
@@ -258,9 +270,25 @@ _dispatchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.WeakK
 _dispatchers = weakref.WeakKeyDictionary()
 
 
+# The Dispatcher of the last wait (weakly, with its loop and Notifier, None for the
+# loop's default): a task awaiting in a loop finds it with three weakref calls
+# instead of two lookups in the weak tables. One tuple, swapped whole, so a
+# thread running another loop never sees half of it.
+_last: tuple[weakref.ref, weakref.ref | None, weakref.ref] | None = None
+
+
 def dispatcher(loop: asyncio.AbstractEventLoop, notifier: Notifier | None) -> Dispatcher:
     """The Dispatcher of ``notifier`` (default: the loop's own) on ``loop``."""
-    if notifier is None:
+    global _last
+    last = _last
+    if last is not None and last[0]() is loop:
+        ref = last[1]
+        if (notifier is None and ref is None) or (ref is not None and ref() is notifier):
+            disp = last[2]()
+            if disp is not None and disp.serves():
+                return disp
+    default = notifier is None
+    if default:
         notifier = default_notifier(loop, create=True)
         assert notifier is not None
     elif not isinstance(notifier, Notifier):
@@ -273,12 +301,8 @@ def dispatcher(loop: asyncio.AbstractEventLoop, notifier: Notifier | None) -> Di
         # a loop without add_reader is refused at the first wait, whether or not it needs the fd
         _remove_reader(loop, notifier, _add_reader(loop, notifier, _none))
         disp = table[notifier] = Dispatcher(notifier)
+    _last = (weakref.ref(loop), None if default else weakref.ref(notifier), weakref.ref(disp))
     return disp
-
-
-def default_dispatcher(loop: asyncio.AbstractEventLoop) -> Dispatcher:
-    """The Dispatcher of the loop's default Notifier (created on first use)."""
-    return dispatcher(loop, None)
 
 
 def default_notifier(loop: asyncio.AbstractEventLoop, create: bool = False) -> Notifier | None:

@@ -120,10 +120,11 @@ def wait(target: object, *, notifier: Notifier | None = None) -> Coroutine[Any, 
     loop (``asyncio.run(cudafd.wait(s))``) it returns a coroutine that
     detects the library when first awaited.
     """
-    loop = _plain_asyncio_loop()
-    if loop is not None:
-        if notifier is None:
-            return _aio.default_dispatcher(loop).wait(loop, target)
+    loop = _get_running_loop()  # (_plain_asyncio_loop, inline: this is every wait's path)
+    if loop is not None and (
+        _sniffio is None
+        or (_sniffio.thread_local.name is None and _sniffio.current_async_library_cvar.get() is None)
+    ):
         return _aio.dispatcher(loop, notifier).wait(loop, target)
     if _in_trio():
         return _trio_adapter().wait(target, notifier)
