@@ -20,6 +20,10 @@ Runs the lateness section's one-stream and N-stream workloads
   and budget (max_lateness) B µs, for choosing them.
 * ``ml<N>``: the default wait on a Notifier with ``max_lateness`` N µs (the
   native poller's schedule, one knob): what a cheaper or earlier schedule costs.
+* ``spinml<N>``: a ``spin`` Notifier with ``max_lateness`` N µs, whose
+  poller backstop for the waits their tasks ask about comes every max(N µs,
+  10 ms) instead of every 10 ms: does a backstop that falls due as the
+  kernel ends make ``spin`` later?
 * ``readereach``: the default wait on a Notifier of its own whose asyncio
   reader is removed as soon as no wait is parked and added again for the
   next one, against the default's reader kept between back-to-back waits.
@@ -211,8 +215,9 @@ def _make(key: str, kernels, notifiers: list):
             await cudafd.wait(stream, notifier=n)
 
         return waiters.Way(w)
-    elif key.startswith("ml"):
-        n = cudafd.Notifier(max_lateness=int(key[2:]) * 1e-6)
+    elif key.startswith("ml") or key.startswith("spinml"):
+        ml = key.startswith("ml")
+        n = cudafd.Notifier("event" if ml else "spin", max_lateness=int(key[2 if ml else 6:]) * 1e-6)
         notifiers.append(n)
 
         async def w(stream, mark):
