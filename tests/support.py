@@ -249,6 +249,15 @@ def first_watch(n: cudafd.Notifier, target: Any) -> None:
     raise AssertionError("a wait of work already over never completed")
 
 
+def new_loop(flavor: str) -> asyncio.AbstractEventLoop:
+    """A new event loop of an asyncio flavor: "asyncio" (a selector loop) or "uvloop"."""
+    if flavor == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop()
+    return asyncio.SelectorEventLoop()
+
+
 def run(flavor: str, mechanism: str, body: Callable[[Api], Awaitable[Any]], prepare: bool = True) -> Any:
     """Run `body(api)` under one flavor: asyncio, uvloop, trio or blocking; on a GPU,
     with the context's side streams made first unless ``prepare`` is false."""
@@ -280,12 +289,7 @@ def run(flavor: str, mechanism: str, body: Callable[[Api], Awaitable[Any]], prep
         import trio
 
         return trio.run(main)
-    if flavor == "uvloop":
-        import uvloop
-
-        loop = uvloop.new_event_loop()
-    else:
-        loop = asyncio.SelectorEventLoop()
+    loop = new_loop(flavor)
     errors: list[dict[str, Any]] = []
     loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx))
     try:

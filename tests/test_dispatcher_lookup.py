@@ -10,24 +10,18 @@ import threading
 import weakref
 
 import pytest
+from support import new_loop
 
 import cudafd
 from cudafd._loops import asyncio_loop
-
-
-def _new_loop(flavor: str) -> asyncio.AbstractEventLoop:
-    if flavor == "uvloop":
-        uvloop = pytest.importorskip("uvloop")
-        return uvloop.new_event_loop()
-    return asyncio.new_event_loop()
 
 
 def _notifier_of(disp: asyncio_loop.Dispatcher) -> cudafd.Notifier | None:
     return disp._notifier_ref()
 
 
-@pytest.mark.parametrize("flavor", ["asyncio", "uvloop"])
-def test_each_notifier_and_the_default_get_their_own_dispatcher_in_any_order(dev, flavor):
+@pytest.mark.asyncio_only
+def test_each_notifier_and_the_default_get_their_own_dispatcher_in_any_order(dev, loop_flavor):
     s = dev.stream()
     n1, n2 = cudafd.Notifier(), cudafd.Notifier()
 
@@ -48,7 +42,7 @@ def test_each_notifier_and_the_default_get_their_own_dispatcher_in_any_order(dev
         assert _notifier_of(seen[id(None)]) is default
         assert len({id(d) for d in seen.values()}) == 3
 
-    loop = _new_loop(flavor)
+    loop = new_loop(loop_flavor)
     try:
         loop.run_until_complete(body())
     finally:

@@ -5,9 +5,9 @@ lives above the core (``cudafd/_loops/``). The core never imports that layer:
 ``cudafd/_loops/__init__.py`` calls :func:`install` when it is imported (and
 ``cudafd/__init__.py`` imports it), handing down two callables:
 
-* ``wait(target, notifier=...)``: the coroutine of ``cudafd.wait``, which
-  ``Notifier.wait()`` calls as this module's ``wait`` attribute: install()
-  puts the layer's function there, one call less on every wait;
+* ``wait(target, notifier=...)``: the coroutine of ``cudafd.wait``. install()
+  makes it this module's ``wait`` attribute, which ``Notifier.wait()`` calls,
+  so a wait passes through no wrapper here;
 * ``wait_until(notifier, check)``: a coroutine that returns once ``check()``
   is true, looking again whenever the Notifier's adapter_hold_fd() fd turns
   readable (for the "poll" mechanism, its timer). A Fence awaits its outcome so;

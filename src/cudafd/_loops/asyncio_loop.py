@@ -3,8 +3,8 @@
 What one ``await cudafd.wait(stream)`` does before it parks (the fast path,
 the asking again, the order of the waits on one stream) is the shared policy,
 cudafd/_core/policy.py: Dispatcher.wait runs its steps, turning each "yield"
-into a bare yield to the loop (what ``asyncio.sleep(0)`` does, one coroutine
-less). What is left here is parking and waking. A parked
+into a bare yield to the loop (what ``asyncio.sleep(0)`` does, without its
+coroutine). What is left here is parking and waking. A parked
 wait waits on a future. While any future is parked, the Dispatcher keeps
 ``loop.add_reader(fd)`` registered; its callback drains the Notifier and
 resolves the futures of the tokens it got, in the order the core found
