@@ -8,10 +8,7 @@
 //! on a current-thread runtime:
 //!
 //! - `floor`: a loop on `stream_done` (no await): the earliest anything can tell;
-//! - `event`, `spin`: `Notifier::wait` on a notifier of that mechanism;
-//! - `ask<N>`: the task yields to the runtime and asks `stream_done` again
-//!   until the wait is N µs old, then `Notifier::wait` (event): what asking
-//!   before the fd would buy a tiny kernel, and cost a longer one.
+//! - `event`, `spin`, `hostfunc`: `Notifier::wait` on a notifier of that mechanism.
 //!
 //! Prints per length and way the p50 and p99 of launch-return to await-return
 //! minus the floor's p50, and the process CPU per wait (µs).
@@ -35,22 +32,15 @@ fn arg(name: &str) -> Option<String> {
         .and_then(|i| args.get(i + 1).cloned())
 }
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Way {
-    Floor,
-    Wait(Mechanism),
-    Ask(u64),
-}
+/// `None`: the floor; else `Notifier::wait` under that mechanism.
+type Way = Option<Mechanism>;
 
-impl Way {
-    fn name(&self) -> String {
-        match self {
-            Way::Floor => "floor".into(),
-            Way::Wait(Mechanism::Spin) => "spin".into(),
-            Way::Wait(Mechanism::HostFunc) => "hostfunc".into(),
-            Way::Wait(Mechanism::Event) => "event".into(),
-            Way::Ask(us) => format!("ask{us}"),
-        }
+fn name(way: Way) -> &'static str {
+    match way {
+        None => "floor",
+        Some(Mechanism::Event) => "event",
+        Some(Mechanism::Spin) => "spin",
+        Some(Mechanism::HostFunc) => "hostfunc",
     }
 }
 
@@ -71,15 +61,16 @@ async fn main() -> Result<(), cudafd::Error> {
         .map(|v| v.parse().expect("--lengths: µs, comma-separated"))
         .collect();
     let gpu = spin::Device::open(0)?;
-    let ways = [
-        Way::Floor,
-        Way::Wait(Mechanism::Event),
-        Way::Wait(Mechanism::Spin),
-        Way::Ask(20),
-        Way::Ask(50),
+    let ways: [Way; 4] = [
+        None,
+        Some(Mechanism::Event),
+        Some(Mechanism::Spin),
+        Some(Mechanism::HostFunc),
     ];
-    let event = Notifier::new(Mechanism::Event)?;
-    let spinning = Notifier::new(Mechanism::Spin)?;
+    let notifiers = ways
+        .iter()
+        .map(|w| w.map(Notifier::new).transpose())
+        .collect::<Result<Vec<_>, _>>()?;
     let streams = ways
         .iter()
         .map(|_| gpu.stream())
@@ -95,30 +86,15 @@ async fn main() -> Result<(), cudafd::Error> {
         let mut lat: Vec<Vec<f64>> = vec![Vec::new(); ways.len()];
         let mut cpu = vec![Duration::ZERO; ways.len()];
         for _ in 0..rounds {
-            for (k, way) in ways.iter().enumerate() {
+            for k in 0..ways.len() {
                 let s = &streams[k];
                 let c0 = cpu_now();
                 for _ in 0..waits {
                     s.launch(kernel, false)?;
                     let t0 = Instant::now();
-                    match *way {
-                        Way::Floor => while !cudafd::stream_done(s.as_raw()) {},
-                        Way::Wait(Mechanism::Spin) => spinning.wait(s.as_raw()).await?,
-                        Way::Wait(_) => event.wait(s.as_raw()).await?,
-                        Way::Ask(window) => {
-                            let window = Duration::from_micros(window);
-                            let mut over = false;
-                            while t0.elapsed() < window {
-                                tokio::task::yield_now().await;
-                                if cudafd::stream_done(s.as_raw()) {
-                                    over = true;
-                                    break;
-                                }
-                            }
-                            if !over {
-                                event.wait(s.as_raw()).await?;
-                            }
-                        }
+                    match &notifiers[k] {
+                        None => while !cudafd::stream_done(s.as_raw()) {},
+                        Some(n) => n.wait(s.as_raw()).await?,
                     }
                     lat[k].push(t0.elapsed().as_secs_f64() * 1e6);
                 }
@@ -133,7 +109,7 @@ async fn main() -> Result<(), cudafd::Error> {
         for (k, way) in ways.iter().enumerate() {
             println!(
                 "  {:8} p50 {:8.1}  p99 {:8.1}  µs CPU per wait {:7.1}",
-                way.name(),
+                name(*way),
                 pct(&lat[k], 0.5) - floor,
                 pct(&lat[k], 0.99) - floor,
                 cpu[k].as_secs_f64() * 1e6 / lat[k].len() as f64

@@ -9,11 +9,21 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crate::error::Error;
-use crate::notifier::{outcome, Inner, Notifier, State};
+use crate::notifier::{outcome, Inner, Mechanism, Notifier, State};
 
 /// How long a blocking wait sleeps at most before it looks again, for
 /// completions that another thread drained meanwhile.
 const SLICE: Duration = Duration::from_millis(50);
+
+/// How long after its watch an awaited fence asks the driver itself, each
+/// time its task is polled, before it leaves the wait to the notifier's fd
+/// (`event` and `spin` notifiers). A kernel of a few microseconds is over
+/// before any thread could be woken to say so: on an H200 a Tokio task
+/// awaiting 5 µs kernels through the fd resumed 113 µs after a loop on
+/// `stream_done` would have (`event`; 13.5 µs under `spin`), and 0.6 µs
+/// later asking for 20 µs. Asking costs the runtime's thread those 20 µs
+/// at most, per wait (bench/results/2026-12-03-h200-short-path/).
+const ASK_WINDOW: Duration = Duration::from_micros(20);
 
 /// One watched point on a stream (or an event's record): a future of its
 /// outcome, `Ok(())` or the error the work or its context ended in.
@@ -51,14 +61,59 @@ pub struct Fence {
     token: u64,
     /// The outcome, once known (returned again to later calls).
     done: Option<Result<(), Error>>,
+    /// Until when an awaiting task asks the driver itself ([`ASK_WINDOW`]).
+    ask_until: Option<Instant>,
 }
 
 impl Fence {
     pub(crate) fn new(inner: Arc<Inner>, token: u64) -> Fence {
+        let asks = inner.mechanism != Mechanism::HostFunc;
         Fence {
             inner,
             token,
             done: None,
+            ask_until: asks.then(|| Instant::now() + ASK_WINDOW),
+        }
+    }
+
+    /// While the fence is young, ask the driver about its wait: the outcome
+    /// if it is over. Once the window has passed, it stops asking.
+    fn ask_young(&mut self) -> Option<Result<(), Error>> {
+        let until = self.ask_until?;
+        if self.done.is_some() {
+            return None;
+        }
+        match self.inner.ask(self.token) {
+            Some(status) => {
+                // Taken from the core: it is never drained, so settle it here.
+                let mut wake = Vec::new();
+                let mut st = self.inner.lock();
+                st.waits.remove(&self.token);
+                let released = st.release(self.token, &mut wake);
+                drop(st);
+                if released {
+                    self.inner.changed.notify_all();
+                }
+                wake_all(wake);
+                self.ask_until = None;
+                self.done = Some(outcome(status));
+                self.done.clone()
+            }
+            None => {
+                // Past the window, or reported through the fd meanwhile (a
+                // drain found it, the notifier closed): the usual path settles.
+                let st = self.inner.lock();
+                let drained = st.closed
+                    || st
+                        .waits
+                        .get(&self.token)
+                        .map_or(true, |s| s.status.is_some());
+                drop(st);
+                if drained || Instant::now() >= until {
+                    self.ask_until = None;
+                }
+                None
+            }
         }
     }
 
@@ -212,6 +267,15 @@ impl Future for Fence {
     /// Ready once the wait finished (polling again returns the same outcome).
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
+        if let Some(r) = this.ask_young() {
+            return Poll::Ready(r);
+        }
+        if this.ask_until.is_some() {
+            // Young and not over: poll again after the runtime's other tasks
+            // (a completion drained meanwhile is found then, too).
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
         let inner = this.inner.clone();
         loop {
             let mut wake = Vec::new();

@@ -141,7 +141,7 @@ impl State {
 pub(crate) struct Inner {
     raw: NonNull<sys::cudafd_notifier>,
     pub(crate) fd: RawFd,
-    mechanism: Mechanism,
+    pub(crate) mechanism: Mechanism,
     state: Mutex<State>,
     /// Signalled whenever completions were dispatched or the lead was given up.
     pub(crate) changed: Condvar,
@@ -182,6 +182,17 @@ impl Inner {
         {
             false
         }
+    }
+
+    /// Ask the driver on this thread whether the wait of `token` is over
+    /// (`cudafd_ask_token`, one event query): `Some(status)` if it is, the
+    /// wait then taken from the core (never drained); `None` if not yet, or
+    /// if it cannot be asked (not an `event` or `spin` notifier, closed,
+    /// already queued or cancelled: the drain then tells).
+    pub(crate) fn ask(&self, token: u64) -> Option<i64> {
+        let mut status = 0i64;
+        let rc = unsafe { sys::cudafd_ask_token(self.raw.as_ptr(), token, &mut status) };
+        (rc == 1).then_some(status)
     }
 
     /// Drain every queued completion into its slot and wake its fence.

@@ -89,3 +89,34 @@ fn load_is_idempotent_and_refuses_another_library() {
     assert!(cudafd::set_driver(std::path::Path::new("/nonexistent/libcuda.so.1")).is_err());
     assert!(cudafd::driver_version().unwrap() >= 12000);
 }
+
+#[test]
+fn a_young_fence_asking_finds_a_fault() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let sim = sim::load().unwrap();
+    let ctx = sim.context(0).unwrap();
+    let stream = ctx.stream().unwrap();
+    // No reactor and no dispatch; the poller would not ask for 2.5 s.
+    let notifier = Notifier::new(Mechanism::Event).unwrap();
+    notifier.set_max_lateness(Duration::from_secs(10)).unwrap();
+    stream
+        .launch_fault(Duration::from_millis(1), CudaError::ILLEGAL_ADDRESS)
+        .unwrap();
+    let fence = notifier.watch(stream.as_raw()).unwrap();
+    assert!(stream.synchronize().is_err()); // faulted by the fence's first poll
+    let r = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+        .block_on(async { tokio::time::timeout(LIMIT, fence).await })
+        .expect("found by the fence's own ask");
+    match r {
+        Err(Error::Gpu(e)) => assert_eq!(e, CudaError::ILLEGAL_ADDRESS),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(notifier.pending(), 0);
+    drop((stream, ctx, notifier));
+    if let Err(s) = cudafd::stats::wait_for_zero(Duration::from_secs(10)) {
+        panic!("live counts not back to zero: {:?}", s.live());
+    }
+}

@@ -285,3 +285,38 @@ fn max_lateness_is_checked_and_a_lazy_notifier_still_completes() {
     });
     assert_no_leaks();
 }
+
+#[test]
+fn a_young_fence_asks_the_driver_itself() {
+    let _serial = start();
+    // Created outside a runtime: no reactor, and nothing here dispatches, so
+    // the fence can only learn the end by asking. The poller's first ask
+    // would come 2.5 s after the watch (a quarter of max_lateness).
+    let notifier = Notifier::new(Mechanism::Event).unwrap();
+    notifier.set_max_lateness(Duration::from_secs(10)).unwrap();
+    let gpu = Gpu::open();
+    let stream = gpu.stream();
+    stream.launch(0, false);
+    let fence = notifier.watch(stream.raw()).unwrap();
+    stream.synchronize().unwrap(); // over by the fence's first poll
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        tokio::time::timeout(LIMIT, fence)
+            .await
+            .expect("found by the fence's own ask")
+            .unwrap();
+    });
+    // The ask took the wait from the core: nothing pending, nothing queued.
+    assert_eq!(notifier.pending(), 0);
+    let mut p = libc::pollfd {
+        fd: notifier.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    assert_eq!(unsafe { libc::poll(&mut p, 1, 0) }, 0);
+    drop((stream, notifier));
+    assert_no_leaks();
+}
