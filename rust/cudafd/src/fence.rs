@@ -22,7 +22,7 @@ const SLICE: Duration = Duration::from_millis(50);
 /// awaiting 5 µs kernels through the fd resumed 113 µs after a loop on
 /// `stream_done` would have (`event`; 13.5 µs under `spin`), and 0.6 µs
 /// later asking for 20 µs. Asking costs the runtime's thread those 20 µs
-/// at most, per wait (bench/results/2026-12-03-h200-short-path/).
+/// at most, per wait (docs/performance.md, "Tokio").
 const ASK_WINDOW: Duration = Duration::from_micros(20);
 
 /// One watched point on a stream (or an event's record): a future of its
@@ -33,7 +33,11 @@ const ASK_WINDOW: Duration = Duration::from_micros(20);
 ///
 /// - `.await` it. With the notifier registered with a Tokio reactor
 ///   ([`Notifier::has_reactor`]), that is all. Otherwise something must call
-///   [`Notifier::dispatch`] when the fd is readable.
+///   [`Notifier::dispatch`] when the fd is readable. For its first 20 µs
+///   an awaited fence of an `event` or `spin` notifier asks the driver
+///   itself each time it is polled, and wakes its task to be polled again,
+///   so work that ends that soon resumes the task without going through
+///   the fd.
 /// - Poll its fd ([`AsRawFd`]: the notifier's fd, readable when any of the
 ///   notifier's completions is queued), then call [`try_wait`](Fence::try_wait).
 /// - Block the thread in [`wait`](Fence::wait) (never inside an async task).
