@@ -7,9 +7,11 @@
 What it shows:
 - One task per stream (8 by default) launches kernels of 0.2 to 5 ms, one
   after another, and ``await cudafd.wait(stream)`` for each; a heartbeat
-  task ticks every millisecond meanwhile (the loop is never blocked). No
-  wait may end before its kernel could have; the time past the kernel's own
-  length (launch, notification and wake-up) is printed.
+  task ticks every millisecond meanwhile (the loop is never blocked). Every
+  wait ends after its work: the stream reports done when the wait returns.
+  The time past the kernel's nominal length (launch, notification and
+  wake-up) is printed; on a GPU it is approximate, as a ``_sleep`` kernel's
+  length follows the clock it was calibrated at.
 - ``trio.move_on_after`` around a wait detaches it: the 50 ms kernel is not
   cancelled, and a later wait still sees it finish.
 - ``await fence``: a one-shot Fence, awaited by several tasks at once.
@@ -88,23 +90,27 @@ def choose(sim: bool):
     return Simulated()
 
 
-async def many_waits(gpu, streams, rounds: int) -> list[float]:
-    """A task per stream launches kernels on it and awaits them; returns the time past each kernel."""
+async def many_waits(gpu, streams, rounds: int) -> tuple[list[float], int]:
+    """A task per stream launches kernels on it and awaits them; returns the time past
+    each kernel's nominal length, and how many waits returned with their stream busy."""
     late: list[float] = []
+    busy = 0
     rng = random.Random(1)
 
     async def task(stream) -> None:
+        nonlocal busy
         for _ in range(rounds):
             seconds = rng.choice((0.0002, 0.001, 0.002, 0.005))
             t0 = time.perf_counter()
             gpu.launch(stream, seconds)
             await cudafd.wait(stream)  # the loop runs other tasks meanwhile
             late.append(time.perf_counter() - t0 - seconds)
+            busy += not stream.query()  # nothing else was launched on it: it must be done
 
     async with trio.open_nursery() as nursery:
         for stream in streams:
             nursery.start_soon(task, stream)
-    return late
+    return late, busy
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -130,7 +136,7 @@ async def main(args: argparse.Namespace) -> int:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(heartbeat)
             t0 = time.perf_counter()
-            late = await many_waits(gpu, streams, args.rounds)
+            late, busy = await many_waits(gpu, streams, args.rounds)
             elapsed = time.perf_counter() - t0
             nursery.cancel_scope.cancel()
         late.sort()
@@ -139,7 +145,7 @@ async def main(args: argparse.Namespace) -> int:
             f"time past the kernel: min {late[0] * 1e6:.0f} µs, p50 {late[len(late) // 2] * 1e6:.0f} µs, "
             f"max {late[-1] * 1e6:.0f} µs; heartbeat ticks meanwhile: {ticks}"
         )
-        check(late[0] >= -1e-4, "no wait ended before its kernel could have")
+        check(busy == 0, "every wait ended after its work (its stream reported done)")
         check(ticks > 0, "the heartbeat kept ticking while tasks waited")
 
         # Cancellation detaches the wait; the GPU work goes on.
