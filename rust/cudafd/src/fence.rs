@@ -85,6 +85,8 @@ impl Fence {
     fn ask_young(&mut self) -> Option<Result<(), Error>> {
         let until = self.ask_until?;
         if self.done.is_some() {
+            // Finished meanwhile (try_wait, a blocking wait): the usual path returns it.
+            self.ask_until = None;
             return None;
         }
         match self.inner.ask(self.token) {

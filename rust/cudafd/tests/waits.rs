@@ -320,3 +320,31 @@ fn a_young_fence_asks_the_driver_itself() {
     drop((stream, notifier));
     assert_no_leaks();
 }
+
+#[test]
+fn a_fence_waited_for_then_awaited_returns_its_outcome() {
+    let _serial = start();
+    let notifier = Notifier::new(Mechanism::Event).unwrap();
+    let gpu = Gpu::open();
+    let stream = gpu.stream();
+    stream.launch(1, false);
+    let mut fence = notifier.watch(stream.raw()).unwrap();
+    fence.wait(Some(LIMIT)).unwrap(); // finished by blocking, never polled
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        // Polling a finished fence returns the same outcome, at once.
+        tokio::time::timeout(LIMIT, &mut fence)
+            .await
+            .expect("a finished fence is ready")
+            .unwrap();
+        tokio::time::timeout(LIMIT, &mut fence)
+            .await
+            .expect("and stays ready")
+            .unwrap();
+    });
+    drop((fence, stream, notifier));
+    assert_no_leaks();
+}
