@@ -19,10 +19,10 @@ const SLICE: Duration = Duration::from_millis(50);
 /// time its task is polled, before it leaves the wait to the notifier's fd
 /// (`event` and `spin` notifiers). A kernel of a few microseconds is over
 /// before any thread could be woken to say so: on an H200 a Tokio task
-/// awaiting 5 µs kernels through the fd resumed 113 µs after a loop on
-/// `stream_done` would have (`event`; 13.5 µs under `spin`), and 0.6 µs
-/// later asking for 20 µs. Asking costs the runtime's thread those 20 µs
-/// at most, per wait (docs/performance.md, "Tokio").
+/// awaiting 5 µs kernels through the fd resumed 110–116 µs after a loop on
+/// `stream_done` would have (`event`; 11–15 µs under `spin`), and 1.0 µs
+/// (2 µs) later asking. A longer wait costs the runtime's thread about
+/// those 20 µs more (docs/performance.md, "Tokio").
 const ASK_WINDOW: Duration = Duration::from_micros(20);
 
 /// One watched point on a stream (or an event's record): a future of its
