@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{assert_no_leaks, runtime, start, Gpu, LIMIT};
+use common::{assert_no_leaks, executor, runtime, start, Gpu, LIMIT};
 use cudafd::{Mechanism, Notifier};
 
 const MECHANISMS: [Mechanism; 3] = [Mechanism::Event, Mechanism::HostFunc, Mechanism::Spin];
@@ -215,10 +215,7 @@ fn without_tokio_a_dispatch_thread_completes_awaited_fences() {
     let gpu = Gpu::open();
     let streams: Vec<_> = (0..4).map(|_| gpu.stream()).collect();
     // A current-thread runtime only as an executor: the notifier has no reactor.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
+    let rt = executor();
     rt.block_on(async {
         let mut fences = Vec::new();
         for (i, s) in streams.iter().enumerate() {
@@ -299,10 +296,7 @@ fn a_young_fence_asks_the_driver_itself() {
     stream.launch(0, false);
     let fence = notifier.watch(stream.raw()).unwrap();
     stream.synchronize().unwrap(); // over by the fence's first poll
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
+    let rt = executor();
     rt.block_on(async {
         tokio::time::timeout(LIMIT, fence)
             .await
@@ -330,10 +324,7 @@ fn a_fence_waited_for_then_awaited_returns_its_outcome() {
     stream.launch(1, false);
     let mut fence = notifier.watch(stream.raw()).unwrap();
     fence.wait(Some(LIMIT)).unwrap(); // finished by blocking, never polled
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
+    let rt = executor();
     rt.block_on(async {
         // Polling a finished fence returns the same outcome, at once.
         tokio::time::timeout(LIMIT, &mut fence)

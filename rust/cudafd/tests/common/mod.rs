@@ -98,6 +98,15 @@ impl Stream {
     }
 }
 
+/// A current-thread Tokio runtime with timers, used only as an executor by
+/// notifiers made outside it (they have no reactor).
+pub fn executor() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime")
+}
+
 /// A multi-threaded Tokio runtime with `workers` threads.
 pub fn runtime(workers: usize) -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
