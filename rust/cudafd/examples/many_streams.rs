@@ -22,7 +22,7 @@
 //! which has no `cuEventElapsedTime`, the end is estimated as the launch's
 //! host time plus the length, and the figures say so. Prints per N and way
 //! the p50 and p99 lateness in µs, the waits, and the process's CPU in cores
-//! over the turns' wall time.
+//! over the turns' wall time. `CUDA_DEVICE_MAX_CONNECTIONS` is 32 unless set.
 use std::os::raw::{c_float, c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -57,16 +57,20 @@ impl Cu {
             assert!(!p.is_null(), "the driver has no {name}");
             p
         };
+        // Safety: each symbol is the driver's entry point of that signature.
+        unsafe fn f<F: Copy>(p: *mut c_void) -> F {
+            std::mem::transmute_copy(&p)
+        }
         unsafe {
             Cu {
-                create: std::mem::transmute(need("cuEventCreate")),
-                record: std::mem::transmute(need("cuEventRecord")),
-                query: std::mem::transmute(need("cuEventQuery")),
-                destroy: std::mem::transmute(need("cuEventDestroy_v2")),
-                set_current: std::mem::transmute(need("cuCtxSetCurrent")),
+                create: f(need("cuEventCreate")),
+                record: f(need("cuEventRecord")),
+                query: f(need("cuEventQuery")),
+                destroy: f(need("cuEventDestroy_v2")),
+                set_current: f(need("cuCtxSetCurrent")),
                 elapsed: match sym("cuEventElapsedTime") {
                     p if p.is_null() => None,
-                    p => Some(std::mem::transmute(p)),
+                    p => Some(f(p)),
                 },
             }
         }
@@ -346,6 +350,12 @@ fn main() -> Result<(), cudafd::Error> {
     let rounds: usize = arg("--rounds").and_then(|v| v.parse().ok()).unwrap_or(3);
     let flavor = arg("--flavor").unwrap_or_else(|| "current".into());
     let workers: usize = arg("--workers").and_then(|v| v.parse().ok()).unwrap_or(4);
+    if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
+        // 32 hardware queues (the driver's default is 8), so that kernels of
+        // different streams are not serialised on the GPU, as in cudafd's
+        // Python bench.
+        std::env::set_var("CUDA_DEVICE_MAX_CONNECTIONS", "32");
+    }
     let gpu = spin::Device::open(0)?;
     let cu = Cu::load();
     let ctx = Raw(gpu.context());

@@ -17,12 +17,16 @@ const SLICE: Duration = Duration::from_millis(50);
 
 /// How long after its watch an awaited fence asks the driver itself, each
 /// time its task is polled, before it leaves the wait to the notifier's fd
-/// (`event` and `spin` notifiers). A kernel of a few microseconds is over
-/// before any thread could be woken to say so: on an H200 a Tokio task
-/// awaiting 5 µs kernels through the fd resumed 110–116 µs after a loop on
-/// `stream_done` would have (`event`; 11–15 µs under `spin`), and 1.0 µs
-/// (2 µs) later asking. A longer wait costs the runtime's thread about
-/// those 20 µs more (docs/performance.md, "Tokio").
+/// (`event` and `spin` notifiers), when no other fence of its notifier was
+/// alive at its watch. A kernel of a few microseconds is over before any
+/// thread could be woken to say so: on an H200 a Tokio task awaiting 5 µs
+/// kernels through the fd resumed 110–116 µs after a loop on `stream_done`
+/// would have (`event`; 11–15 µs under `spin`), and 1.0 µs (2 µs) later
+/// asking. A longer wait costs the runtime's thread about those 20 µs more,
+/// which buys nothing where other waits are in flight: there the work was
+/// launched just before and runs for longer, and on 16 and 64 streams of
+/// 50–3000 µs kernels the asks cost 0.05–0.19 cores more at the same
+/// lateness (docs/performance.md, "Tokio").
 const ASK_WINDOW: Duration = Duration::from_micros(20);
 
 /// One watched point on a stream (or an event's record): a future of its
@@ -33,11 +37,11 @@ const ASK_WINDOW: Duration = Duration::from_micros(20);
 ///
 /// - `.await` it. With the notifier registered with a Tokio reactor
 ///   ([`Notifier::has_reactor`]), that is all. Otherwise something must call
-///   [`Notifier::dispatch`] when the fd is readable. For its first 20 µs
-///   an awaited fence of an `event` or `spin` notifier asks the driver
-///   itself each time it is polled, and wakes its task to be polled again,
-///   so work that ends that soon resumes the task without going through
-///   the fd.
+///   [`Notifier::dispatch`] when the fd is readable. A fence of an `event`
+///   or `spin` notifier watched while no other fence of that notifier was
+///   alive asks the driver itself for its first 20 µs, each time it is
+///   polled, and wakes its task to be polled again, so work that ends that
+///   soon resumes the task without going through the fd.
 /// - Poll its fd ([`AsRawFd`]: the notifier's fd, readable when any of the
 ///   notifier's completions is queued), then call [`try_wait`](Fence::try_wait).
 /// - Block the thread in [`wait`](Fence::wait) (never inside an async task).
@@ -70,8 +74,9 @@ pub struct Fence {
 }
 
 impl Fence {
-    pub(crate) fn new(inner: Arc<Inner>, token: u64) -> Fence {
-        let asks = inner.mechanism != Mechanism::HostFunc;
+    /// `lone`: no other fence of the notifier was alive at the watch.
+    pub(crate) fn new(inner: Arc<Inner>, token: u64, lone: bool) -> Fence {
+        let asks = lone && inner.mechanism != Mechanism::HostFunc;
         Fence {
             inner,
             token,

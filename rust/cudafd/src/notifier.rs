@@ -244,8 +244,13 @@ impl Inner {
     }
 
     fn fence(self: &Arc<Self>, token: u64) -> Fence {
-        self.lock().waits.entry(token).or_default();
-        Fence::new(self.clone(), token)
+        let lone = {
+            let mut st = self.lock();
+            let lone = st.waits.is_empty();
+            st.waits.entry(token).or_default();
+            lone
+        };
+        Fence::new(self.clone(), token, lone)
     }
 
     /// Detach a dropped fence's wait (its GPU work goes on).

@@ -316,6 +316,31 @@ fn a_young_fence_asks_the_driver_itself() {
 }
 
 #[test]
+fn a_fence_watched_beside_another_leaves_its_wait_to_the_fd() {
+    let _serial = start();
+    // As above, but another fence of the notifier is alive at the watch: the
+    // new fence does not ask, so with no reactor, no dispatch and the
+    // poller's first ask 2.5 s away it stays pending although its work is over.
+    let notifier = Notifier::new(Mechanism::Event).unwrap();
+    notifier.set_max_lateness(Duration::from_secs(10)).unwrap();
+    let gpu = Gpu::open();
+    let (busy, stream) = (gpu.stream(), gpu.stream());
+    busy.launch(1, false);
+    let other = notifier.watch(busy.raw()).unwrap();
+    stream.launch(0, false);
+    let mut fence = notifier.watch(stream.raw()).unwrap();
+    stream.synchronize().unwrap();
+    let rt = executor();
+    rt.block_on(async {
+        let polled = tokio::time::timeout(Duration::from_millis(50), &mut fence).await;
+        assert!(polled.is_err(), "the fence asked the driver: {polled:?}");
+    });
+    assert_eq!(notifier.pending(), 2);
+    drop((fence, other, busy, stream, notifier));
+    assert_no_leaks();
+}
+
+#[test]
 fn a_fence_waited_for_then_awaited_returns_its_outcome() {
     let _serial = start();
     let notifier = Notifier::new(Mechanism::Event).unwrap();
