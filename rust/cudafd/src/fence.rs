@@ -25,8 +25,8 @@ const SLICE: Duration = Duration::from_millis(50);
 /// asking. A longer wait costs the runtime's thread about those 20 µs more,
 /// which buys nothing where other waits are in flight: there the work was
 /// launched just before and runs for longer, and on 16 and 64 streams of
-/// 50–3000 µs kernels the asks cost 0.05–0.19 cores more at the same
-/// lateness (docs/performance.md, "Tokio").
+/// 50–3000 µs kernels every fence asking cost 0.12–0.55 cores more at the
+/// same lateness (docs/performance.md, "Tokio").
 const ASK_WINDOW: Duration = Duration::from_micros(20);
 
 /// One watched point on a stream (or an event's record): a future of its
