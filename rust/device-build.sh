@@ -2,8 +2,8 @@
 # On a machine with cargo: build what a GPU machine without cargo needs to run
 # the cudafd crate's tests and the Tokio example against its real driver.
 #   bash rust/device-build.sh [DEST]     (default: .carry/rust at the repository root)
-# DEST then holds the test binaries waits, cancel, fault, sim, the measurement
-# await_latency and the example cudafd-tokio (release builds, no debug info;
+# DEST then holds the test binaries waits, cancel, fault, sim, the measurements
+# await_latency and many_streams, and the example cudafd-tokio (release builds, no debug info;
 # the example by default also copied to .carry/cudafd-tokio, where
 # bench/device_run.sh looks for it). Run them there with
 # rust/device-test.sh DEST. They need the GPU machine's own libcudafd.so
@@ -26,10 +26,12 @@ for line in sys.stdin:
         shutil.copy2(m["executable"], path)
         print(path)
 ' "$dest"
-# The Tokio await-latency measurement (not a test; run it by hand there).
-cargo build --offline --release --quiet --example await_latency
-cp "$CARGO_TARGET_DIR/release/examples/await_latency" "$dest/await_latency"
-echo "$dest/await_latency"
+# The Tokio measurements (not tests; run them by hand there).
+cargo build --offline --release --quiet --example await_latency --example many_streams
+for m in await_latency many_streams; do
+    cp "$CARGO_TARGET_DIR/release/examples/$m" "$dest/$m"
+    echo "$dest/$m"
+done
 (cd "$root/examples/tokio" && cargo build --offline --release --quiet)
 cp "$CARGO_TARGET_DIR/release/cudafd-tokio" "$dest/cudafd-tokio"
 echo "$dest/cudafd-tokio"
