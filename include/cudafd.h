@@ -178,6 +178,14 @@ int cudafd_watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token);
 int cudafd_stream_done(uintptr_t stream);
 /* The same for an event's latest record: 1 when it completed without error. */
 int cudafd_event_done(uintptr_t event);
+/* What the core keeps one stream's waits together by, for a caller that
+ * keeps its own waits in order by stream (as callers of cudafd_ask_token
+ * do): the driver's id of the stream (cuStreamGetId, unique for the
+ * process's life) with the top bit set, else the handle (0 for
+ * CU_STREAM_LEGACY, as for the current context's legacy stream, 0). Not the
+ * handle alone: a driver hands a new stream the handle of one destroyed just
+ * before, even while the destroyed one's work runs. Never fails. */
+uint64_t cudafd_stream_key(uintptr_t stream);
 /* The syncfd mechanism's per-point fd: cudafd_watch_stream() /
  * cudafd_watch_event() on a CUDAFD_MECH_SYNCFD notifier, which also returns in
  * *fence_fd a new sync_file fd (close-on-exec, the caller's to close) that the

@@ -113,6 +113,9 @@ class _Stub:
         self.asked.append(token)
         return (token in self.over), None
 
+    def adapter_stream_key(self, handle: int) -> int:
+        return handle
+
     def cancel(self, token: int) -> bool:
         self.cancelled.append(token)
         return True

@@ -141,14 +141,14 @@ static void trampoline(void *data)
     pthread_mutex_unlock(&g.mu);
 }
 
-int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, CUevent user_event,
-                       uint64_t *token)
+int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, uintptr_t stream_key,
+                       CUevent user_event, uint64_t *token)
 {
     if (!cu.cuLaunchHostFunc)
         return cfd_fail(CUDAFD_E_UNSUPPORTED, "the driver has no cuLaunchHostFunc");
     CUstream side = NULL;
     CUevent ev = NULL;
-    uintptr_t key = user_stream ? (uintptr_t)user_stream : (uintptr_t)user_event;
+    uintptr_t key = user_stream ? stream_key : (uintptr_t)user_event;
     int side_index;
     int rc = cfd_side_stream(&cx->side, key, true, &side, &side_index);
     if (rc != CUDAFD_OK)

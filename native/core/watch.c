@@ -28,7 +28,7 @@ static int check_notifier(cudafd_notifier *n)
 
 static uint64_t this_thread(void) { return (uint64_t)syscall(SYS_gettid); }
 
-/* Queue a wait for a recorded pooled event on the lane of (ctx, stream).
+/* Queue a wait for a recorded pooled event on the lane of (ctx, stream key).
  * `side` (>= 0): the side stream held for `side_key`, which the wait takes
  * over; on failure it is released here. */
 static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t thread, CUevent ev,
@@ -135,6 +135,23 @@ static int fence_for(cudafd_notifier *n, const cfd_syncpt *sp, uint64_t token, i
     return rc;
 }
 
+/* What keeps the waits of one stream together (its lane, its hostfunc side
+ * stream; cudafd_stream_key in the header): the driver's id of the stream,
+ * unique for the process's life (cuStreamGetId, with the top bit set so that
+ * it never equals a handle), else its handle (0 for CU_STREAM_LEGACY too:
+ * both name the context's legacy stream). Not the handle where the id is
+ * known: the driver hands a new stream the handle of a stream destroyed just
+ * before, even while the destroyed one's work runs (an H200,
+ * bench/handle_reuse.py), and waits keyed by the handle would wait for that
+ * work too. */
+static uintptr_t stream_key(uintptr_t stream)
+{
+    unsigned long long id;
+    if (cu.cuStreamGetId && cu.cuStreamGetId((CUstream)stream, &id) == CUDA_SUCCESS)
+        return (uintptr_t)(id | 1ull << 63);
+    return stream == 1 ? 0 : stream;
+}
+
 static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, int *fence_fd)
 {
     int rc = check_notifier(n);
@@ -154,8 +171,9 @@ static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, i
         return CUDAFD_E_NOMEM;
     }
     uint64_t thread = (CUstream)stream == CU_STREAM_PER_THREAD ? this_thread() : 0;
+    uintptr_t key = stream_key(stream);
     if (hostfunc) {
-        rc = cfd_hostfunc_watch(n, cx, (CUstream)stream, NULL, token);
+        rc = cfd_hostfunc_watch(n, cx, (CUstream)stream, key, NULL, token);
     } else {
         CUevent ev = NULL;
         cfd_syncpt sp = {NULL, 0, 0};
@@ -169,7 +187,7 @@ static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, i
             rc = cfd_record(cx, (CUstream)stream, taken, &ev);
         }
         if (rc == CUDAFD_OK) {
-            rc = enqueue(n, cx, stream == 1 ? 0 : stream, thread, ev, -1, 0, &sp, token);
+            rc = enqueue(n, cx, key, thread, ev, -1, 0, &sp, token);
             cfd_syncfd_signal_end(&sp);
             if (rc == CUDAFD_OK) { /* the common path: two critical sections in all */
                 cfd_leave_ctx(pushed);
@@ -273,7 +291,7 @@ static int watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token, int
     if (!cx)
         return CUDAFD_E_NOMEM;
     if (n->mech == CUDAFD_MECH_HOSTFUNC) {
-        rc = cfd_hostfunc_watch(n, cx, NULL, (CUevent)event, token);
+        rc = cfd_hostfunc_watch(n, cx, NULL, 0, (CUevent)event, token);
     } else {
         /* A side stream waits for the caller's event, then records one of our
          * events: the caller's event may be recorded again or destroyed as
@@ -311,6 +329,11 @@ static int watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token, int
 CFD_API int cudafd_stream_done(uintptr_t stream)
 {
     return cfd_driver_ready() == CUDAFD_OK && cu.cuStreamQuery((CUstream)stream) == CUDA_SUCCESS;
+}
+
+CFD_API uint64_t cudafd_stream_key(uintptr_t stream)
+{
+    return cfd_driver_ready() == CUDAFD_OK ? stream_key(stream) : (stream == 1 ? 0 : stream);
 }
 
 CFD_API int cudafd_event_done(uintptr_t event)

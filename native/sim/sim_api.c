@@ -291,6 +291,7 @@ SIM_API int cudafdsim_stats(int64_t *out, int n)
     X(cuCtxDestroy, ())                                                                \
     X(cuCtxSynchronize, ())                                                            \
     X(cuStreamSynchronize, ())                                                         \
+    X(cuStreamGetId, ())                                                               \
     X(cuModuleLoadData, ())                                                            \
     X(cuModuleGetFunction, ())                                                         \
     X(cuModuleUnload, ())                                                              \

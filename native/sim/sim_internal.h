@@ -75,6 +75,7 @@ SIM_API CUresult cuCtxCreate(CUcontext *ctx, unsigned int flags, CUdevice dev);
 SIM_API CUresult cuCtxDestroy(CUcontext ctx);
 SIM_API CUresult cuCtxSynchronize(void);
 SIM_API CUresult cuStreamSynchronize(CUstream stream);
+SIM_API CUresult cuStreamGetId(CUstream stream, unsigned long long *id);
 SIM_API CUresult cuModuleLoadData(CUmodule *module, const void *image);
 SIM_API CUresult cuModuleGetFunction(CUfunction *fn, CUmodule module, const char *name);
 SIM_API CUresult cuModuleUnload(CUmodule module);
@@ -125,6 +126,7 @@ struct sim_op {
 struct sim_stream {
     int refs;
     uint64_t handle;          /* registry id of a live user stream, else 0 */
+    uint64_t id;              /* cuStreamGetId: unique for the process's life, from 1 */
     struct sim_ctx *ctx;      /* referenced */
     unsigned int flags;
     bool user;                /* created by cuStreamCreate (counted in stats) */
@@ -193,6 +195,7 @@ struct sim_global {
     pthread_cond_t cb_cv;
     bool cb_started;
     struct sim_op *cb_head, *cb_tail;
+    uint64_t stream_ids; /* the last stream id given out */
     /* statistics */
     int64_t n_ctx, n_streams, n_events, n_queued, n_hostfns, n_kernels;
 };

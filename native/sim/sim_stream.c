@@ -10,7 +10,9 @@
  *    in the current context (created on first use, kept until the context
  *    goes). Any other value must be a live handle from cuStreamCreate.
  *  - cuStreamDestroy releases the handle at once; queued work still runs and
- *    the object is freed when its queue drains (as the driver does).
+ *    the object is freed when its queue drains (as the driver does). The
+ *    next stream created gets the same handle (sim_handles.c), as on an H200;
+ *    cuStreamGetId tells them apart.
  *  - Stream synchronisation waits for the operations enqueued before the
  *    call (done_count reaching the enqueue count seen at the call), so work
  *    enqueued meanwhile by other threads cannot starve it.
@@ -30,6 +32,7 @@ struct sim_stream *sim_stream_new_locked(struct sim_ctx *ctx, unsigned int flags
     if (!s)
         return NULL;
     s->refs = 1; /* the context's list */
+    s->id = ++sim.stream_ids;
     s->ctx = ctx;
     ctx->refs++;
     s->flags = flags;
@@ -378,6 +381,20 @@ SIM_API CUresult cuStreamGetCtx(CUstream stream, CUcontext *ctx)
     CUresult rc = sim_stream_resolve_locked(stream, &s);
     if (rc == CUDA_SUCCESS)
         *ctx = (CUcontext)(uintptr_t)s->ctx->handle;
+    pthread_mutex_unlock(&sim.lock);
+    return rc;
+}
+
+SIM_API CUresult cuStreamGetId(CUstream stream, unsigned long long *id)
+{
+    SIM_CHECK_INIT();
+    if (!id)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim.lock);
+    struct sim_stream *s;
+    CUresult rc = sim_stream_resolve_locked(stream, &s);
+    if (rc == CUDA_SUCCESS)
+        *id = s->id;
     pthread_mutex_unlock(&sim.lock);
     return rc;
 }

@@ -88,6 +88,7 @@ static struct {
     CUresult (*cuCtxDestroy)(CUcontext);
     CUresult (*cuCtxSynchronize)(void);
     CUresult (*cuStreamSynchronize)(CUstream);
+    CUresult (*cuStreamGetId)(CUstream, unsigned long long *);
     CUresult (*cuModuleLoadData)(CUmodule *, const void *);
     CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
     CUresult (*cuModuleUnload)(CUmodule);
@@ -118,6 +119,7 @@ static void resolve_all(void)
     RESOLVE(cuCtxDestroy, ())
     RESOLVE(cuCtxSynchronize, ())
     RESOLVE(cuStreamSynchronize, ())
+    RESOLVE(cuStreamGetId, ())
     RESOLVE(cuModuleLoadData, ())
     RESOLVE(cuModuleGetFunction, ())
     RESOLVE(cuModuleUnload, ())
@@ -833,18 +835,29 @@ static void test_handles(void)
     CHECK_RC(D.cuStreamQuery((CUstream)e), CUDA_ERROR_INVALID_HANDLE);
     CHECK_RC(D.cuStreamDestroy(NULL), CUDA_ERROR_INVALID_HANDLE);
 
-    /* destroyed handles, also after their slot is reused */
+    /* destroyed handles: a stream's is invalid until the next stream made
+     * takes it (as a driver hands it on; cuStreamGetId tells the two apart),
+     * an event's stays invalid after its slot is reused */
     CUstream s_old = new_stream();
     CUevent e_old = new_event();
+    unsigned long long id_old = 0, id_new = 0, id_legacy = 0, id_null = 0;
+    OK(D.cuStreamGetId(s_old, &id_old));
     OK(D.cuStreamDestroy(s_old));
     OK(D.cuEventDestroy(e_old));
-    CUstream s_new = new_stream();
-    CUevent e_new = new_event();
-    CHECK(s_new != s_old && e_new != e_old);
     CHECK_RC(D.cuStreamQuery(s_old), CUDA_ERROR_INVALID_HANDLE);
     CHECK_RC(D.cuStreamDestroy(s_old), CUDA_ERROR_INVALID_HANDLE);
+    CHECK_RC(D.cuStreamGetId(s_old, &id_new), CUDA_ERROR_INVALID_HANDLE);
     CHECK_RC(cudafdsim_launch(s_old, 1, 0), CUDA_ERROR_INVALID_HANDLE);
     CHECK_RC(D.cuLaunchHostFunc(s_old, hostfn_record, NULL), CUDA_ERROR_INVALID_HANDLE);
+    CUstream s_new = new_stream();
+    CUevent e_new = new_event();
+    CHECK(s_new == s_old && e_new != e_old);
+    OK(D.cuStreamGetId(s_new, &id_new));
+    CHECK(id_new != id_old && id_old != 0 && id_new != 0);
+    OK(D.cuStreamGetId(CU_STREAM_LEGACY, &id_legacy));
+    OK(D.cuStreamGetId(NULL, &id_null));
+    CHECK(id_legacy == id_null && id_legacy != id_new);
+    CHECK_RC(D.cuStreamGetId(s_new, NULL), CUDA_ERROR_INVALID_VALUE);
     CHECK_RC(D.cuEventQuery(e_old), CUDA_ERROR_INVALID_HANDLE);
     CHECK_RC(D.cuEventRecord(e_old, s), CUDA_ERROR_INVALID_HANDLE);
     CHECK_RC(D.cuEventDestroy(e_old), CUDA_ERROR_INVALID_HANDLE);

@@ -160,6 +160,10 @@ extern "C" {
     pub fn cudafd_stream_done(stream: usize) -> c_int;
     /// 1 when the event's latest record completed without error, else 0.
     pub fn cudafd_event_done(event: usize) -> c_int;
+    /// What the core keeps one stream's waits together by: the driver's id of
+    /// the stream with the top bit set, else the handle (a driver hands a new
+    /// stream the handle of one destroyed just before).
+    pub fn cudafd_stream_key(stream: usize) -> u64;
     /// syncfd: watch a stream and get the point's sync_file in `fence_fd` (the caller closes it).
     pub fn cudafd_watch_stream_fence(
         n: *mut cudafd_notifier,

@@ -371,7 +371,9 @@ impl Notifier {
     /// [`CU_STREAM_LEGACY`] / [`CU_STREAM_PER_THREAD`], for the calling
     /// thread's current context): as with any CUDA call, the real driver's
     /// behaviour for a destroyed handle is undefined (the simulator answers
-    /// `CUDA_ERROR_INVALID_HANDLE`).
+    /// `CUDA_ERROR_INVALID_HANDLE` until a new stream takes the handle, as a
+    /// driver hands it on). Waits on a new stream that got a destroyed
+    /// stream's handle do not wait for the destroyed stream's work.
     ///
     /// Errors: [`Error::Closed`] after [`close`](Notifier::close);
     /// [`Error::Driver`] when a driver call of the watch failed (a bad

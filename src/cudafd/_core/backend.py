@@ -46,6 +46,11 @@ class Backend(Protocol):
         """True when the event's latest record finished without error (False: watch it)."""
         ...
 
+    def stream_key(self, handle: int) -> int:
+        """What this backend keeps one stream's waits together by (cudafd_stream_key): the
+        driver's id of the stream where it has one, else the handle."""
+        ...
+
     def cancel(self, token: int) -> bool:
         """Detach a wait: True if it was pending, False if it had completed (queued) or is unknown."""
         ...

@@ -70,6 +70,7 @@ SIGNATURES: dict[str, list[object]] = {
     "cuStreamSynchronize": [_P],
     "cuStreamGetCtx": [_P, POINTER(_P)],
     "cuStreamQuery": [_P],
+    "cuStreamGetId": [_P, POINTER(c_uint64)],
     "cuStreamWaitEvent": [_P, _P, c_uint],
     "cuEventCreate": [POINTER(_P), c_uint],
     "cuEventDestroy": [_P],
@@ -248,6 +249,17 @@ class Driver:
         ctx = c_void_p()
         check(self.cuCtxGetCurrent(byref(ctx)), "cuCtxGetCurrent")  # type: ignore[attr-defined]
         return ctx.value or 0
+
+    def stream_key(self, stream: int) -> int:
+        """What keeps one stream's waits together, as the native core has it
+        (cudafd_stream_key): the driver's id of the stream (cuStreamGetId, unique
+        for the process's life) with the top bit set, else the handle (0 for
+        CU_STREAM_LEGACY). A driver hands a new stream the handle of one destroyed
+        just before, even while the destroyed one's work runs."""
+        sid = c_uint64()
+        if "cuStreamGetId" not in self.missing and self.cuStreamGetId(stream, byref(sid)) == CUDA_SUCCESS:  # type: ignore[attr-defined]
+            return sid.value | 1 << 63
+        return 0 if stream == 1 else stream
 
     def stream_ctx(self, stream: int) -> int:
         """The context of a stream (the current one for 0 / legacy / per-thread)."""

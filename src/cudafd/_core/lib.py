@@ -98,6 +98,7 @@ _PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "cudafd_syncfd_report": (c_char_p, []),
     "cudafd_cancel": (c_int, [c_void_p, c_uint64]),
     "cudafd_stream_done": (c_int, [c_size_t]),
+    "cudafd_stream_key": (c_uint64, [c_size_t]),
     "cudafd_event_done": (c_int, [c_size_t]),
     "cudafd_drain": (c_int, [c_void_p, POINTER(Completion), c_int]),
     "cudafd_notifier_pending": (c_int, [c_void_p]),

@@ -61,6 +61,7 @@ class NativeBackend:
         self._status_ref = ctypes.pointer(self._status)
         self.stream_done = lib.cudafd_stream_done  # ctypes returns 0/1: a bool in all but type
         self.event_done = lib.cudafd_event_done
+        self.stream_key = lib.cudafd_stream_key
 
     def fileno(self) -> int:
         return self._fd

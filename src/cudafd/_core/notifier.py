@@ -362,6 +362,13 @@ class Notifier:
             return self._event_done(t.handle) == 1
         return True
 
+    def adapter_stream_key(self, handle: int) -> int:
+        """Loop-adapter protocol: what one stream's waits are kept in order by
+        (cudafd_stream_key): the driver's id of the stream, else its handle. Not the
+        handle: a driver hands a new stream the handle of one destroyed just before,
+        even while that one's work runs, and its waits would line up behind that work."""
+        return self._backend.stream_key(handle)  # type: ignore[union-attr]
+
     def cancel(self, token: int) -> bool:
         """Detach a wait: its token will never be reported by drain(). The GPU work is not cancelled.
 

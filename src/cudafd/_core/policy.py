@@ -99,7 +99,7 @@ class WaitPolicy:
         self._streams: dict[int, int] = {}  # stream handle (-1: events) -> its waits started and not over
         self._spinning: set[int] = set()  # streams whose lone wait has not watched yet
         self._quick = 0  # waits in a row that were over before they began
-        self._asking: dict[int, deque] = {}  # target handle -> tokens asking (step 4), in watch order
+        self._asking: dict[int, deque] = {}  # stream key or event handle -> tokens asking (step 4), in watch order
 
     def busy(self) -> bool:
         """True while a wait that went past the fast path is in progress."""
@@ -147,14 +147,15 @@ class WaitPolicy:
                     return
                 token = notifier.adapter_watch(t)
             if notifier.adapter_asks:
-                line = self._asking.get(t.handle)
+                lkey = notifier.adapter_stream_key(t.handle) if t.kind == "stream" else t.handle
+                line = self._asking.get(lkey)
                 if line is None:
-                    line = self._asking[t.handle] = deque()
+                    line = self._asking[lkey] = deque()
                 try:
                     yield from _ask_until_over(notifier, token, line)
                 finally:
                     if not line:
-                        del self._asking[t.handle]
+                        del self._asking[lkey]
             else:
                 yield token
         finally:

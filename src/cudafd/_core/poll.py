@@ -182,11 +182,12 @@ class PollBackend:
         ev = self._take_event(drv, ctx)
         with drv.current(ctx):
             res = drv.cuEventRecord(ev, handle)  # type: ignore[attr-defined]
+            sid = drv.stream_key(handle)  # not the handle: a new stream may get a destroyed one's
         if res != 0:
             self._destroy_event(ev)
             raise CudaError(res, where="cuEventRecord on the stream")
         token = self._token()
-        key = (ctx, handle, threading.get_ident() if handle == _PER_THREAD_STREAM else 0)
+        key = (ctx, sid, threading.get_ident() if handle == _PER_THREAD_STREAM else 0)
         lane = self._lanes.get(key)
         if lane is None:
             lane = self._lanes[key] = deque()
@@ -201,6 +202,9 @@ class PollBackend:
 
     def event_done(self, handle: int) -> bool:
         return bool(handle) and self._get_driver().cuEventQuery(handle) == 0  # type: ignore[attr-defined]
+
+    def stream_key(self, handle: int) -> int:
+        return self._get_driver().stream_key(handle)
 
     def watch_event(self, handle: int, ctx: int) -> int:
         drv = self._get_driver()

@@ -311,7 +311,9 @@ class Dispatcher(_Waiters):
     async def _wait_token(self, token: int, t: Target, target: object) -> None:
         """Park until ``token`` is reported and first in its lane."""
         if t.kind == "stream":
-            key: object = t.handle  # one stream's waits share a lane, whatever names the stream
+            # One stream's waits share a lane, whatever names the stream; by the
+            # stream's id, not its handle (a new stream may get a destroyed one's).
+            key: object = self._notifier.adapter_stream_key(t.handle)
         else:
             try:
                 hash(target)

@@ -1,0 +1,83 @@
+"""A stream destroyed while a wait on it is pending, and a new stream that the
+driver gives the same handle: the new stream's waits wait for its own work
+only, not for the old stream's.
+
+An H200's driver hands a new stream the handle of the stream destroyed just
+before, even while that stream's work still runs (bench/handle_reuse.py: 20
+of 20 times), and the simulator does the same. The core keeps a stream's
+waits together by the driver's id of the stream (cuStreamGetId), so the new
+stream's waits are not queued behind the old one's."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from support import REAL, run
+
+import cudafd
+
+OLD_S = 3.0  # the destroyed stream's kernel
+NEW_S = 0.05  # the new stream's: still running after a yield, so its wait watches
+WITHIN_S = 1.5  # the new stream's wait takes ~50 ms; the old kernel ends at 3 s
+
+
+def _destroy(dev, stream) -> None:
+    dev.streams.remove(stream)
+    dev.drv.cuStreamDestroy(stream.handle)
+
+
+def _reuse(dev, old):
+    """Destroy ``old`` (its work still running) and make a stream in its place."""
+    _destroy(dev, old)
+    new = dev.stream()
+    if not REAL:
+        assert new.handle == old.handle, "the simulator reuses a destroyed stream's handle, as the driver does"
+    return new
+
+
+def test_a_new_stream_beside_a_fence_on_the_destroyed_one(dev, flavor, mechanism):
+    old = dev.stream()
+    old.launch(OLD_S)
+    pending = cudafd.fence(old, mechanism=mechanism)
+    new = _reuse(dev, old)
+    new.launch(NEW_S)
+
+    async def body(api) -> float:
+        t0 = time.monotonic()
+        await api.wait(new)  # coupled, it would return once the old kernel ends
+        return time.monotonic() - t0
+
+    try:
+        took = run(flavor, mechanism, body)
+        assert not pending.done(), "the old stream's kernel is still running"
+    finally:
+        pending.close()
+    assert took < WITHIN_S, f"the new stream's wait waited for the old stream's kernel ({took:.3f} s)"
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop", "trio"])
+def test_a_new_stream_beside_a_wait_on_the_destroyed_one_in_the_same_loop(dev, loop, mechanism):
+    """The loop layer keeps waits in order by target too (spin's asking
+    lines, trio's lanes): the old wait is in the same loop, on the same Notifier."""
+    pytest.importorskip("uvloop" if loop == "uvloop" else "trio" if loop == "trio" else "asyncio")
+    old = dev.stream()
+    old.launch(OLD_S)
+    got: dict = {}
+
+    async def body(api) -> None:
+        async def on_old() -> None:
+            got["old"] = await api.within(OLD_S + 30, api.wait(old))
+
+        async def on_new() -> None:
+            await api.sleep(0.05)  # the old wait watched (and asking, under spin)
+            new = _reuse(dev, old)
+            new.launch(NEW_S)
+            t0 = time.monotonic()
+            got["new"] = await api.within(WITHIN_S, api.wait(new))
+            got["took"] = time.monotonic() - t0
+
+        await api.gather(on_old(), on_new())
+
+    run(loop, mechanism, body)
+    assert got["new"], f"the new stream's wait waited for the old stream's kernel ({got['took']:.3f} s)"
+    assert got["old"], "the old stream's wait completed once its kernel ended"
