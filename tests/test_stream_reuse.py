@@ -26,10 +26,16 @@ def _destroy(dev, stream) -> None:
     dev.drv.cuStreamDestroy(stream.handle)
 
 
-def _reuse(dev, old):
-    """Destroy ``old`` (its work still running) and make a stream in its place."""
+def _reuse(dev, old, launched: float):
+    """Destroy ``old`` (its kernel, launched at ``launched``, still running) and make a
+    stream in its place. On a GPU a stream creation now and then waits until the
+    device has no work in flight (docs/design.md, about every 128th stream of a
+    process); when this one did, the old kernel is over and there is nothing to test."""
     _destroy(dev, old)
     new = dev.stream()
+    if time.monotonic() - launched > OLD_S - WITHIN_S:
+        pytest.skip("creating the new stream waited for the device to go idle (a driver stall), "
+                    "so the old stream's kernel is over")
     if not REAL:
         assert new.handle == old.handle, "the simulator reuses a destroyed stream's handle, as the driver does"
     return new
@@ -38,8 +44,9 @@ def _reuse(dev, old):
 def test_a_new_stream_beside_a_fence_on_the_destroyed_one(dev, flavor, mechanism):
     old = dev.stream()
     old.launch(OLD_S)
+    launched = time.monotonic()
     pending = cudafd.fence(old, mechanism=mechanism)
-    new = _reuse(dev, old)
+    new = _reuse(dev, old, launched)
     new.launch(NEW_S)
 
     async def body(api) -> float:
@@ -48,8 +55,7 @@ def test_a_new_stream_beside_a_fence_on_the_destroyed_one(dev, flavor, mechanism
         return time.monotonic() - t0
 
     try:
-        took = run(flavor, mechanism, body)
-        assert not pending.done(), "the old stream's kernel is still running"
+        took = run(flavor, mechanism, body, prepare=False)  # (no side streams made meanwhile)
     finally:
         pending.close()
     assert took < WITHIN_S, f"the new stream's wait waited for the old stream's kernel ({took:.3f} s)"
@@ -61,16 +67,18 @@ def test_a_new_stream_beside_a_wait_on_the_destroyed_one_in_the_same_loop(dev, l
     lines, trio's lanes): the old wait is in the same loop, on the same Notifier."""
     pytest.importorskip("uvloop" if loop == "uvloop" else "trio" if loop == "trio" else "asyncio")
     old = dev.stream()
-    old.launch(OLD_S)
     got: dict = {}
 
     async def body(api) -> None:
+        old.launch(OLD_S)
+        launched = time.monotonic()
+
         async def on_old() -> None:
             got["old"] = await api.within(OLD_S + 30, api.wait(old))
 
         async def on_new() -> None:
             await api.sleep(0.05)  # the old wait watched (and asking, under spin)
-            new = _reuse(dev, old)
+            new = _reuse(dev, old, launched)
             new.launch(NEW_S)
             t0 = time.monotonic()
             got["new"] = await api.within(WITHIN_S, api.wait(new))
@@ -78,6 +86,6 @@ def test_a_new_stream_beside_a_wait_on_the_destroyed_one_in_the_same_loop(dev, l
 
         await api.gather(on_old(), on_new())
 
-    run(loop, mechanism, body)
+    run(loop, mechanism, body, prepare=False)
     assert got["new"], f"the new stream's wait waited for the old stream's kernel ({got['took']:.3f} s)"
     assert got["old"], "the old stream's wait completed once its kernel ended"
