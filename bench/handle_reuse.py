@@ -7,7 +7,7 @@ The core keeps a stream's waits in order by the stream's handle (its lanes).
 In each rep, for each case: stream A runs a kernel of ``--busy-ms`` (or
 none: ``idle``), a cudafd fence watches A (or none: ``no wait``), A is
 destroyed, stream B is created, and B's handle is compared with A's. Then a
-tiny kernel on B and a fence on B: how long that fence took to report done
+kernel on B (``--new-ms``, default empty) and a fence on B: how long that fence took to report done
 (a B that shares A's lane waits for A's kernel). Prints, per case, how often
 B had A's handle and the p50/max of B's wait in ms, per mechanism of the fences.
 """
@@ -33,6 +33,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--busy-ms", type=float, default=100.0)
     ap.add_argument("--mechanisms", default="event,hostfunc,spin,poll")
+    ap.add_argument("--new-ms", type=float, default=0.0, help="the kernel on B (default: an empty one)")
     args = ap.parse_args()
     gpu = Gpu()
     drv = gpu.drv
@@ -49,7 +50,7 @@ def main() -> None:
 
     gpu.launch(gpu.streams(1)[0], 0.0)  # the kernel loaded
     cases = [(busy, watched) for busy in (False, True) for watched in (False, True)]
-    print(f"{gpu.description}: {args.reps} reps, A busy for {args.busy_ms} ms")
+    print(f"{gpu.description}: {args.reps} reps, A busy for {args.busy_ms} ms, B's kernel {args.new_ms} ms")
     for mech in args.mechanisms.split(","):
         same: dict = {c: 0 for c in cases}
         took: dict = {c: [] for c in cases}
@@ -62,7 +63,7 @@ def main() -> None:
                 destroy(a)
                 b = new_stream()
                 same[(busy, watched)] += b == a
-                gpu.launch(b, 0.0)
+                gpu.launch(b, args.new_ms / 1e3)
                 t0 = time.perf_counter()
                 fb = cudafd.fence(b, mechanism=mech)
                 fb.wait(10.0)
