@@ -9,6 +9,7 @@ waits together by the driver's id of the stream (cuStreamGetId), so the new
 stream's waits are not queued behind the old one's."""
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -18,12 +19,38 @@ import cudafd
 
 OLD_S = 3.0  # the destroyed stream's kernel
 NEW_S = 0.05  # the new stream's: still running after a yield, so its wait watches
-WITHIN_S = 1.5  # the new stream's wait takes ~50 ms; the old kernel ends at 3 s
+WITHIN_S = 1.5  # how late after its own work a wait may return here; the old kernel ends at 3 s
 
 
 def _destroy(dev, stream) -> None:
     dev.streams.remove(stream)
     dev.drv.cuStreamDestroy(stream.handle)
+
+
+class _Idle(threading.Thread):
+    """When ``stream`` went idle (its own work over), by a thread asking cuStreamQuery
+    every millisecond: on a GPU the new stream's kernel may itself run only after
+    the old one (seen on an H200 in this suite, though not in bench/handle_reuse.py),
+    so a wait is judged against its own work's end, not against its kernel's length."""
+
+    def __init__(self, stream) -> None:
+        super().__init__(daemon=True)
+        self.stream, self.at = stream, None
+        self.start()
+
+    def run(self) -> None:
+        deadline = time.monotonic() + OLD_S + 30
+        while self.at is None and time.monotonic() < deadline:
+            if self.stream.idle():
+                self.at = time.monotonic()
+            time.sleep(0.001)
+
+
+def _judge(idle: _Idle, returned: float) -> None:
+    idle.join()
+    assert idle.at is not None, "the new stream never went idle"
+    late = returned - idle.at
+    assert late < WITHIN_S, f"the new stream's wait returned {late:.3f} s after its own work ended"
 
 
 def _reuse(dev, old, launched: float):
@@ -48,17 +75,17 @@ def test_a_new_stream_beside_a_fence_on_the_destroyed_one(dev, flavor, mechanism
     pending = cudafd.fence(old, mechanism=mechanism)
     new = _reuse(dev, old, launched)
     new.launch(NEW_S)
+    idle = _Idle(new)
 
     async def body(api) -> float:
-        t0 = time.monotonic()
         await api.wait(new)  # coupled, it would return once the old kernel ends
-        return time.monotonic() - t0
+        return time.monotonic()
 
     try:
-        took = run(flavor, mechanism, body, prepare=False)  # (no side streams made meanwhile)
+        returned = run(flavor, mechanism, body, prepare=False)  # (no side streams made meanwhile)
     finally:
         pending.close()
-    assert took < WITHIN_S, f"the new stream's wait waited for the old stream's kernel ({took:.3f} s)"
+    _judge(idle, returned)
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop", "trio"])
@@ -80,12 +107,12 @@ def test_a_new_stream_beside_a_wait_on_the_destroyed_one_in_the_same_loop(dev, l
             await api.sleep(0.05)  # the old wait watched (and asking, under spin)
             new = _reuse(dev, old, launched)
             new.launch(NEW_S)
-            t0 = time.monotonic()
-            got["new"] = await api.within(WITHIN_S, api.wait(new))
-            got["took"] = time.monotonic() - t0
+            got["idle"] = _Idle(new)
+            await api.wait(new)
+            got["new"] = time.monotonic()
 
         await api.gather(on_old(), on_new())
 
     run(loop, mechanism, body, prepare=False)
-    assert got["new"], f"the new stream's wait waited for the old stream's kernel ({got['took']:.3f} s)"
+    _judge(got["idle"], got["new"])
     assert got["old"], "the old stream's wait completed once its kernel ended"
