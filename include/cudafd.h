@@ -181,8 +181,8 @@ int cudafd_event_done(uintptr_t event);
 /* What the core keeps one stream's waits together by, for a caller that
  * keeps its own waits in order by stream (as callers of cudafd_ask_token
  * do): the driver's id of the stream (cuStreamGetId, unique for the
- * process's life) with the top bit set, else the handle (0 for
- * CU_STREAM_LEGACY, as for the current context's legacy stream, 0). Not the
+ * process's life) with the top bit set, else the handle (0 for both 0 and
+ * CU_STREAM_LEGACY, the current context's legacy stream). Not the
  * handle alone: a driver hands a new stream the handle of one destroyed just
  * before, even while the destroyed one's work runs. Never fails. */
 uint64_t cudafd_stream_key(uintptr_t stream);

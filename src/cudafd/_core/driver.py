@@ -168,6 +168,7 @@ class Driver:
                 self.missing.append(name)
                 fn = _missing(name, path)
             setattr(self, name, fn)
+        self._has_stream_id = "cuStreamGetId" not in self.missing  # (CUDA 12.0 and newer)
         self.sim: SimCalls | None = None
         if hasattr(dll, "cudafdsim_abi_version"):
             self.sim = SimCalls(dll)
@@ -257,7 +258,7 @@ class Driver:
         CU_STREAM_LEGACY). A driver hands a new stream the handle of one destroyed
         just before, even while the destroyed one's work runs."""
         sid = c_uint64()
-        if "cuStreamGetId" not in self.missing and self.cuStreamGetId(stream, byref(sid)) == CUDA_SUCCESS:  # type: ignore[attr-defined]
+        if self._has_stream_id and self.cuStreamGetId(stream, byref(sid)) == CUDA_SUCCESS:  # type: ignore[attr-defined]
             return sid.value | 1 << 63
         return 0 if stream == 1 else stream
 
