@@ -1,4 +1,4 @@
-"""The cost of one cudafd_stream_key call (cuStreamGetId, what a watch now adds) beside cudafd_stream_done (cuStreamQuery) and a ctypes call that reaches no driver, per call, on an idle and a busy stream.
+"""The cost of one cudafd_stream_key call (cuStreamGetId, which every watch of a stream makes) beside cudafd_stream_done (cuStreamQuery) and a ctypes call that reaches no driver, per call, on an idle and a busy stream.
 
     python bench/stream_key_cost.py     (a GPU, or the simulator)
 """
