@@ -1,0 +1,187 @@
+"""What should a wait that starts in a busy loop do before it watches? Side by side.
+
+    CUDA_DEVICE_MAX_CONNECTIONS=32 python bench/busy_watch_ab.py [--loop asyncio] [--rounds 4] [--out FILE]
+
+A wait that starts while others are in progress in its loop (a busy loop)
+and is alone on its stream yields once, asks the driver whether its work is
+over, and only then watches (cudafd/_core/policy.py, step 2). Three ways of
+taking that step take turns in the same rounds, each on a Notifier of its
+own, beside ``sleep(0)`` polling and the loop told at once:
+
+* ``cudafd_event``: the policy as it is (yield, ask, watch);
+* ``cudafd_yieldwatch``: yield, then watch without asking;
+* ``cudafd_watchnow``: watch at once (the park is the task's yield).
+
+Two workloads: the lateness section's N streams each looping over (random
+50-3000 µs kernel, await), lateness from timing events
+(:mod:`cudafd._bench.lateness`), and the throughput section's 64 streams of
+100 µs kernels (:mod:`cudafd._bench.throughput`), awaits per second against
+``sleep(0)``'s in the same round. Prints a table; ``--out`` keeps the JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import cudafd
+from cudafd._bench import methods, throughput, waiters
+from cudafd._bench import lateness
+from cudafd._bench.child import Progress, new_loop, take_turns
+from cudafd._bench.gpu import Gpu
+from cudafd._bench.methods import Kit, close_all
+from cudafd._bench.numbers import median
+from cudafd._core.policy import WaitPolicy
+
+VARIANTS = ("cudafd_yieldwatch", "cudafd_watchnow")
+_variant: dict = {}  # Notifier -> variant key
+_steps = WaitPolicy.steps
+
+
+def _busy_lone(policy, notifier, t, yield_first: bool):
+    key = t.handle if t.kind == "stream" else -1
+    streams = policy._streams
+    streams[key] = streams.get(key, 0) + 1
+    try:
+        if yield_first:
+            policy._spinning.add(key)
+            try:
+                yield None
+            finally:
+                policy._spinning.discard(key)
+        yield notifier.adapter_watch(t)
+    finally:
+        policy._leave(key)
+
+
+def _steps_ab(self, notifier, t):
+    which = _variant.get(notifier)
+    if which and self._streams:
+        key = t.handle if t.kind == "stream" else -1
+        if key not in self._streams:
+            return _busy_lone(self, notifier, t, which == "cudafd_yieldwatch")
+    return _steps(self, notifier, t)
+
+
+WaitPolicy.steps = _steps_ab
+
+
+def _notifier(key: str):
+    n = cudafd.Notifier("event")
+    _variant[n] = key
+    return n
+
+
+_make_way = waiters._make
+
+
+def _make_way_ab(key, kernels, notifiers):
+    if key not in VARIANTS:
+        return _make_way(key, kernels, notifiers)
+    n = _notifier(key)
+    notifiers.append(n)
+    wait = cudafd.wait
+
+    async def via(stream, mark):
+        await wait(stream, notifier=n)
+
+    return waiters.Way(via)
+
+
+waiters._make = _make_way_ab
+_own: dict = {}
+_make_method = methods.make
+
+
+def _make_method_ab(key, kit, stream):
+    if key not in VARIANTS:
+        return _make_method(key, kit, stream)
+    n = _own.get(key)
+    if n is None:
+        n = _own[key] = _notifier(key)
+        kit.on_close(n.close)
+    launch, wait = kit.gpu.launcher(stream), n.wait
+
+    async def via(seconds):
+        launch(seconds)
+        await wait(stream)
+
+    return via
+
+
+throughput.make = _make_method_ab
+for k in VARIANTS:
+    waiters.LABELS[k] = methods.LABELS[k] = "cudafd event, busy: " + k[len("cudafd_"):]
+
+
+def _lateness(loop: str, rounds: int) -> dict:
+    p = {"loop": loop, "methods": ["cudafd_event", *VARIANTS, "sleep0", waiters.HANDOFF], "one_stream": [],
+         "random_s": [50e-6, 3000e-6], "rounds": 1, "streams": [4, 16, 64], "window_s": 0.4,
+         "multi_rounds": rounds, "history": None, "warmup": 5, "torch": True, "soft_s": 150}
+    return lateness.run(p, Progress("busy_watch_ab", None, 600))
+
+
+def _throughput(loop_name: str, rounds: int) -> dict:
+    keys = ["cudafd_event", *VARIANTS, "sleep0"]
+    p = {"streams": 64, "kernel_s": 100e-6, "seconds": 0.3, "settle_s": 0.15, "rounds": rounds, "soft_s": 200}
+    gpu = Gpu()
+    kit = Kit(gpu)
+    state: dict = {"errors": {}, "truncated": False}
+    state.update(gpu.use_torch())
+    loop = new_loop(loop_name)
+    handles = gpu.streams(64)
+    runs: dict[str, list[dict]] = {}
+
+    def measured(key: str, samples: list[dict]) -> None:
+        for h in handles:
+            gpu.sync_stream(h)
+        runs[key] = samples
+
+    try:
+        take_turns(keys, p, state, Progress("busy_watch_ab", None, 600),
+                   lambda key: loop.run_until_complete(throughput._one(kit, key, handles, p)), measured)
+    finally:
+        _own.clear()
+        close_all(loop, kit)
+    base = [r["awaits_per_s"] for r in runs.get("sleep0", [])]
+    out = {"launch": state.get("launch"), "errors": state["errors"], "methods": {}}
+    for key in keys:
+        rs = runs.get(key, [])
+        ratios = [r["awaits_per_s"] / b for r, b in zip(rs, base) if b]
+        if rs:
+            out["methods"][key] = {"awaits_per_s": median([r["awaits_per_s"] for r in rs]),
+                                   "cores": median([r["cores"] for r in rs]),
+                                   "x_sleep0": median(ratios) if ratios else None,
+                                   "x_range": [min(ratios), max(ratios)] if ratios else None, "rounds": rs}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--loop", default="asyncio")
+    ap.add_argument("--rounds", type=int, default=4, help="rounds of the N-stream workloads")
+    ap.add_argument("--tp-rounds", type=int, default=12, help="rounds of the throughput workload")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    late = _lateness(a.loop, a.rounds)
+    tp = _throughput(a.loop, a.tp_rounds)
+    print(f"{a.loop}: N streams of random 50-3000 us kernels ({a.rounds} rounds), lateness p50/p99 us, cores")
+    for name, wl in late["workloads"].items():
+        print(f"  {name}")
+        for key, m in wl["methods"].items():
+            print(f"    {key:20s} {m['p50']:8.0f} {m['p99']:8.0f}  {m.get('cores', float('nan')):.3f}"
+                  f"  (loop {m.get('cores_loop', float('nan')):.3f}, cudafd {m.get('cores_cudafd', float('nan')):.3f})")
+    print(f"{a.loop}: 64 streams x 100 us ({tp['launch']}), {a.tp_rounds} rounds")
+    for key, m in tp["methods"].items():
+        lo, hi = m["x_range"] or (float("nan"), float("nan"))
+        print(f"    {key:20s} {m['awaits_per_s']:9.0f}/s  {m['cores']:.2f} cores  {m['x_sleep0']:.3f}x sleep0"
+              f" (rounds {lo:.2f}-{hi:.2f})")
+    errors = {**late["errors"], **tp["errors"]}
+    if errors:
+        print("  errors:", errors)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"loop": a.loop, "lateness": late, "throughput": tp}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
