@@ -17,6 +17,11 @@ Two workloads: the lateness section's N streams each looping over (random
 (:mod:`cudafd._bench.lateness`), and the throughput section's 64 streams of
 100 µs kernels (:mod:`cudafd._bench.throughput`), awaits per second against
 ``sleep(0)``'s in the same round. Prints a table; ``--out`` keeps the JSON.
+
+    python bench/busy_watch_ab.py --plot OUT.png A.json [B.json ...]
+
+draws the JSON of one or more runs (one loop each): p50 lateness per
+stream count, and awaits per second against ``sleep(0)``'s.
 """
 from __future__ import annotations
 
@@ -155,13 +160,52 @@ def _throughput(loop_name: str, rounds: int) -> dict:
     return out
 
 
+def plot(png: str, paths: list[str]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [json.load(open(p)) for p in paths]
+    fig, axes = plt.subplots(1, len(runs) + 1, figsize=(5 * (len(runs) + 1), 4))
+    for ax, run in zip(axes, runs):
+        wls = run["lateness"]["workloads"]
+        names = list(wls)
+        keys = list(wls[names[0]]["methods"])
+        width = 0.8 / len(keys)
+        for i, key in enumerate(keys):
+            ys = [wls[n]["methods"].get(key, {}).get("p50", float("nan")) for n in names]
+            ax.bar([j + i * width for j in range(len(names))], ys, width, label=key)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(names))], names)
+        ax.set_ylabel("p50 lateness, us")
+        ax.set_title(f"{run['loop']}: random 50-3000 us kernels")
+        ax.legend(fontsize=7)
+    ax = axes[-1]
+    for j, run in enumerate(runs):
+        ms = run["throughput"]["methods"]
+        for i, (key, m) in enumerate(ms.items()):
+            ax.bar(j + i * 0.2, m["x_sleep0"], 0.2, label=key if j == 0 else None, color=f"C{i}")
+    ax.set_xticks([j + 0.3 for j in range(len(runs))], [r["loop"] for r in runs])
+    ax.axhline(1.0, color="k", lw=0.5)
+    ax.set_ylabel("awaits/s over sleep(0)'s, median of rounds")
+    ax.set_title("64 streams x 100 us kernels")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--loop", default="asyncio")
     ap.add_argument("--rounds", type=int, default=4, help="rounds of the N-stream workloads")
     ap.add_argument("--tp-rounds", type=int, default=12, help="rounds of the throughput workload")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--plot", default=None, metavar="PNG", help="draw the JSON files given instead of running")
+    ap.add_argument("json", nargs="*")
     a = ap.parse_args()
+    if a.plot:
+        plot(a.plot, a.json)
+        return
     late = _lateness(a.loop, a.rounds)
     tp = _throughput(a.loop, a.tp_rounds)
     print(f"{a.loop}: N streams of random 50-3000 us kernels ({a.rounds} rounds), lateness p50/p99 us, cores")
