@@ -5,11 +5,10 @@
 
 Stream A runs a ``--busy-ms`` kernel; then ``k`` other streams are created
 (idle), then stream B, whose ``--new-ms`` kernel is timed on the host from
-its launch to ``cuStreamSynchronize``. The driver spreads streams over its
-hardware queues in creation order, so for one ``k`` in every
-CUDA_DEVICE_MAX_CONNECTIONS B lands on A's queue and its kernel starts only
-after A's: B then takes about busy + new ms instead of new ms. Prints one
-line per ``k``. No cudafd wait is involved: this is the driver's and the
+its launch to ``cuStreamSynchronize``. If the driver handed out its
+hardware queues in creation order, one ``k`` in every
+CUDA_DEVICE_MAX_CONNECTIONS would put B on A's queue, and B would take about
+busy + new ms instead of new ms. Prints one line per ``k``. No cudafd wait is involved: this is the driver's and the
 GPU's behaviour, which cudafd's waits on such a stream inherit.
 """
 
