@@ -29,11 +29,8 @@ import argparse
 import json
 
 import cudafd
-from cudafd._bench import methods, throughput, waiters
-from cudafd._bench import lateness
-from cudafd._bench.child import Progress, new_loop, take_turns
-from cudafd._bench.gpu import Gpu
-from cudafd._bench.methods import Kit, close_all
+from cudafd._bench import lateness, methods, throughput, waiters
+from cudafd._bench.child import Progress
 from cudafd._bench.numbers import median
 from cudafd._core.policy import WaitPolicy
 
@@ -128,25 +125,10 @@ def _lateness(loop: str, rounds: int) -> dict:
 def _throughput(loop_name: str, rounds: int) -> dict:
     keys = ["cudafd_event", *VARIANTS, "sleep0"]
     p = {"streams": 64, "kernel_s": 100e-6, "seconds": 0.3, "settle_s": 0.15, "rounds": rounds, "soft_s": 200}
-    gpu = Gpu()
-    kit = Kit(gpu)
-    state: dict = {"errors": {}, "truncated": False}
-    state.update(gpu.use_torch())
-    loop = new_loop(loop_name)
-    handles = gpu.streams(64)
-    runs: dict[str, list[dict]] = {}
-
-    def measured(key: str, samples: list[dict]) -> None:
-        for h in handles:
-            gpu.sync_stream(h)
-        runs[key] = samples
-
     try:
-        take_turns(keys, p, state, Progress("busy_watch_ab", None, 600),
-                   lambda key: loop.run_until_complete(throughput._one(kit, key, handles, p)), measured)
+        state, runs = throughput.rounds_of(keys, p, loop_name, Progress("busy_watch_ab", None, 600))
     finally:
         _own.clear()
-        close_all(loop, kit)
     base = [r["awaits_per_s"] for r in runs.get("sleep0", [])]
     out = {"launch": state.get("launch"), "errors": state["errors"], "methods": {}}
     for key in keys:

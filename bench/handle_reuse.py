@@ -18,14 +18,12 @@ import argparse
 import statistics
 import sys
 import time
-from ctypes import byref, c_void_p
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 import cudafd  # noqa: E402
 from cudafd._bench.gpu import Gpu  # noqa: E402
-from cudafd._core import driver as _driver  # noqa: E402
 
 
 def main() -> None:
@@ -36,18 +34,8 @@ def main() -> None:
     ap.add_argument("--new-ms", type=float, default=0.0, help="the kernel on B (default: an empty one)")
     args = ap.parse_args()
     gpu = Gpu()
-    drv = gpu.drv
 
-    def new_stream() -> int:
-        s = c_void_p()
-        with drv.current(gpu.ctx):
-            _driver.check(drv.cuStreamCreate(byref(s), _driver.CU_STREAM_NON_BLOCKING), "cuStreamCreate")  # type: ignore[attr-defined]
-        return s.value or 0
-
-    def destroy(s: int) -> None:
-        with drv.current(gpu.ctx):
-            _driver.check(drv.cuStreamDestroy(s), "cuStreamDestroy")  # type: ignore[attr-defined]
-
+    new_stream, destroy = gpu.own_stream, gpu.destroy_stream
     gpu.launch(gpu.streams(1)[0], 0.0)  # the kernel loaded
     cases = [(busy, watched) for busy in (False, True) for watched in (False, True)]
     print(f"{gpu.description}: {args.reps} reps, A busy for {args.busy_ms} ms, B's kernel {args.new_ms} ms")

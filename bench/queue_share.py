@@ -19,13 +19,11 @@ import os
 import statistics
 import sys
 import time
-from ctypes import byref, c_void_p
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from cudafd._bench.gpu import Gpu  # noqa: E402
-from cudafd._core import driver as _driver  # noqa: E402
 
 
 def main() -> None:
@@ -37,18 +35,8 @@ def main() -> None:
     args = ap.parse_args()
     lo, hi = (int(x) for x in args.between.split("-"))
     gpu = Gpu()
-    drv = gpu.drv
 
-    def new_stream() -> int:
-        s = c_void_p()
-        with drv.current(gpu.ctx):
-            _driver.check(drv.cuStreamCreate(byref(s), _driver.CU_STREAM_NON_BLOCKING), "cuStreamCreate")  # type: ignore[attr-defined]
-        return s.value or 0
-
-    def destroy(s: int) -> None:
-        with drv.current(gpu.ctx):
-            _driver.check(drv.cuStreamDestroy(s), "cuStreamDestroy")  # type: ignore[attr-defined]
-
+    new_stream, destroy = gpu.own_stream, gpu.destroy_stream
     gpu.launch(gpu.streams(1)[0], 0.0)  # the kernel loaded
     conns = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "driver default (8)")
     print(f"{gpu.description}: CUDA_DEVICE_MAX_CONNECTIONS={conns}, A {args.busy_ms} ms, B {args.new_ms} ms")

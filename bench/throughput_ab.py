@@ -25,9 +25,8 @@ import json
 
 import cudafd
 from cudafd._bench import methods, throughput
-from cudafd._bench.child import Progress, new_loop, take_turns
-from cudafd._bench.gpu import Gpu
-from cudafd._bench.methods import Kit, close_all
+from cudafd._bench.child import Progress
+from cudafd._bench.methods import Kit
 from cudafd._bench.numbers import median
 from cudafd._core.policy import WaitPolicy
 
@@ -86,25 +85,10 @@ def main() -> None:
     keys = ["cudafd_event", ASKFIRST, "sleep0", "bound_yield", "bound_query"]
     p = {"streams": a.streams, "kernel_s": 100e-6, "seconds": a.seconds, "settle_s": 0.15,
          "rounds": a.rounds, "soft_s": 300}
-    gpu = Gpu()
-    kit = Kit(gpu)
-    state: dict = {"methods": {}, "errors": {}, "truncated": False}
-    state.update(gpu.use_torch())
-    loop = new_loop(a.loop)
-    handles = gpu.streams(a.streams)
-    runs: dict[str, list[dict]] = {}
-
-    def measured(key: str, samples: list[dict]) -> None:
-        for h in handles:
-            gpu.sync_stream(h)
-        runs[key] = samples
-
     try:
-        take_turns(keys, p, state, Progress("throughput_ab", None, 600),
-                   lambda key: loop.run_until_complete(throughput._one(kit, key, handles, p)), measured)
+        state, runs = throughput.rounds_of(keys, p, a.loop, Progress("throughput_ab", None, 600))
     finally:
         _own.clear()
-        close_all(loop, kit)
     base = [r["awaits_per_s"] for r in runs.get("sleep0", [])]
     out = {"loop": a.loop, "launch": state.get("launch"), "errors": state["errors"], "methods": {}}
     print(f"{a.loop}, {a.streams} streams x 100 us ({state.get('launch')}), {a.rounds} rounds")

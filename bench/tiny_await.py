@@ -14,7 +14,6 @@ them in alternating processes. Prints one JSON line.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import statistics
 import time

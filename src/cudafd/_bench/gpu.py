@@ -85,6 +85,18 @@ class Gpu:
             self._warm.add(handles[0])
         return handles
 
+    def own_stream(self) -> int:
+        """A new non-blocking stream that the caller destroys (destroy_stream), not close()."""
+        s = c_void_p()
+        with self.drv.current(self.ctx):
+            _driver.check(self.drv.cuStreamCreate(byref(s), _driver.CU_STREAM_NON_BLOCKING), "cuStreamCreate")  # type: ignore[attr-defined]
+        return s.value or 0
+
+    def destroy_stream(self, stream: int) -> None:
+        """Destroy a stream of own_stream()."""
+        with self.drv.current(self.ctx):
+            _driver.check(self.drv.cuStreamDestroy(stream), "cuStreamDestroy")  # type: ignore[attr-defined]
+
     def event(self, flags: int) -> int:
         """A new event of this context (destroyed by close())."""
         ev = c_void_p()

@@ -21,7 +21,6 @@ to the last completion drained by the event loop through the fd.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import gc
 import threading
 import time

@@ -114,6 +114,30 @@ def run(p: dict, progress: Progress) -> dict:
     return result()
 
 
+def rounds_of(keys: list[str], p: dict, loop_name: str, progress: Progress) -> tuple[dict, dict[str, list[dict]]]:
+    """For probes beside the section: the workload of ``p`` on a GPU and loop of
+    their own, ``keys`` taking turns in ``p["rounds"]`` rounds; the state (the
+    launch used, errors) and each key's rounds, by key."""
+    gpu = Gpu()
+    kit = Kit(gpu)
+    state: dict = {"errors": {}, "truncated": False}
+    state.update(gpu.use_torch())
+    loop = new_loop(loop_name)
+    runs: dict[str, list[dict]] = {}
+    try:
+        handles = gpu.streams(int(p["streams"]))
+
+        def measured(key: str, samples: list[dict]) -> None:
+            for h in handles:
+                gpu.sync_stream(h)
+            runs[key] = samples
+
+        take_turns(keys, p, state, progress, lambda key: loop.run_until_complete(_one(kit, key, handles, p)), measured)
+    finally:
+        close_all(loop, kit)
+    return state, runs
+
+
 def _summary(rounds: list[dict]) -> dict:
     """One method's figures: medians over its rounds, and the rounds themselves."""
     return {
