@@ -549,7 +549,17 @@ int64_t cfd_syncfd_backstop_ns(void) { return sf.backstop_ns; }
 /* ---- per-stream records ---- */
 
 /* The record of (ctx, stream, thread), made if new; held (users) until
- * signal_end. The stream's context current. */
+ * signal_end. The stream's context current.
+ *
+ * Keyed by the handle, not by the stream's id as lanes are (watch.c,
+ * stream_key): a record holds a syncpoint, a scarce host1x resource, until
+ * cudafd_release_idle, and a program that makes and destroys streams would
+ * pile up one per stream id. The cost of the handle: a new stream handed a
+ * destroyed stream's handle while that one's signal is still pending shares
+ * its syncpoint, so the new stream's threshold passes only after the old
+ * signal; its wait is then found by the backstop's driver query (at most
+ * max(max_lateness, CUDAFD_SYNCFD_BACKSTOP_MS) late), and never early,
+ * since a point that passed completes only once its own event reads done. */
 static int record_get(CUcontext ctx, uintptr_t stream, uint64_t thread, cfd_syncrec **out)
 {
     pthread_mutex_lock(&sf.mu);
