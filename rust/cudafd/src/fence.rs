@@ -9,7 +9,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crate::error::Error;
-use crate::notifier::{outcome, Inner, Mechanism, Notifier, State};
+use crate::notifier::{outcome, Asked, Inner, Mechanism, Notifier, State};
 
 /// How long a blocking wait sleeps at most before it looks again, for
 /// completions that another thread drained meanwhile.
@@ -69,59 +69,82 @@ pub struct Fence {
     token: u64,
     /// The outcome, once known (returned again to later calls).
     done: Option<Result<(), Error>>,
-    /// Until when an awaiting task asks the driver itself ([`ASK_WINDOW`]).
-    ask_until: Option<Instant>,
+    /// Whether, and until when, an awaiting task asks the driver itself.
+    asks: Asks,
+}
+
+/// When an awaited fence asks the driver itself, each time it is polled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Asks {
+    /// Never (again): the notifier's fd tells.
+    No,
+    /// Until then ([`ASK_WINDOW`] after the watch).
+    Until(Instant),
+    /// Until its wait is over: the `spin` notifier's wait of
+    /// [`Notifier::wait`] while it is its notifier's only one, which the
+    /// core's poller only backs up.
+    Always,
 }
 
 impl Fence {
-    /// `lone`: no other fence of the notifier was alive at the watch.
-    pub(crate) fn new(inner: Arc<Inner>, token: u64, lone: bool) -> Fence {
-        let asks = lone && inner.mechanism != Mechanism::HostFunc;
+    /// `lone`: no other fence of the notifier was alive at the watch;
+    /// `asked`: the core left the wait to this fence's asks.
+    pub(crate) fn new(inner: Arc<Inner>, token: u64, lone: bool, asked: bool) -> Fence {
+        let asks = if asked {
+            Asks::Always
+        } else if lone && inner.mechanism != Mechanism::HostFunc {
+            Asks::Until(Instant::now() + ASK_WINDOW)
+        } else {
+            Asks::No
+        };
         Fence {
             inner,
             token,
             done: None,
-            ask_until: asks.then(|| Instant::now() + ASK_WINDOW),
+            asks,
         }
     }
 
-    /// While the fence is young, ask the driver about its wait: the outcome
-    /// if it is over. Once the window has passed, it stops asking.
-    fn ask_young(&mut self) -> Option<Result<(), Error>> {
-        let until = self.ask_until?;
+    /// While the fence asks ([`Asks`]), ask the driver about its wait: the
+    /// outcome if it is over. Once its window has passed, or its wait went
+    /// through the queue, it stops asking.
+    fn ask_now(&mut self) -> Option<Result<(), Error>> {
+        if self.asks == Asks::No {
+            return None;
+        }
         if self.done.is_some() {
             // Finished meanwhile (try_wait, a blocking wait): the usual path returns it.
-            self.ask_until = None;
+            self.asks = Asks::No;
             return None;
         }
         match self.inner.ask(self.token) {
-            Some(status) => {
+            Asked::Over(status) => {
                 // Taken from the core: it is never drained, so settle it here.
                 let mut wake = Vec::new();
                 let mut st = self.inner.lock();
                 st.waits.remove(&self.token);
+                let ended = st.end_asker(self.token, &mut wake);
                 let released = st.release(self.token, &mut wake);
                 drop(st);
-                if released {
+                if released || ended {
                     self.inner.changed.notify_all();
                 }
                 wake_all(wake);
-                self.ask_until = None;
+                self.asks = Asks::No;
                 self.done = Some(outcome(status));
                 self.done.clone()
             }
-            None => {
-                // Past the window, or reported through the fd meanwhile (a
-                // drain found it, the notifier closed): the usual path settles.
-                let st = self.inner.lock();
-                let drained = st.closed
-                    || st
-                        .waits
-                        .get(&self.token)
-                        .map_or(true, |s| s.status.is_some());
-                drop(st);
-                if drained || Instant::now() >= until {
-                    self.ask_until = None;
+            Asked::Elsewhere => {
+                // Queued (the poller found it first), or the notifier closed:
+                // the usual path settles it.
+                self.asks = Asks::No;
+                None
+            }
+            Asked::Running => {
+                if let Asks::Until(until) = self.asks {
+                    if Instant::now() >= until {
+                        self.asks = Asks::No;
+                    }
                 }
                 None
             }
@@ -232,16 +255,25 @@ fn settle(
     wake: &mut Vec<Waker>,
 ) -> Option<Result<(), Error>> {
     if done.is_none() {
-        let status = st.waits.get(&token).and_then(|s| s.status);
-        if let Some(status) = status {
-            st.waits.remove(&token);
-            *done = Some(outcome(status));
-        } else if st.closed {
-            st.waits.remove(&token);
-            *done = Some(Err(Error::Closed));
+        let (status, held) = st
+            .waits
+            .get(&token)
+            .map_or((None, false), |s| (s.status, st.held(s)));
+        match status {
+            // (after close nothing is held: the asking fence ends too)
+            Some(status) if !held || st.closed => {
+                st.waits.remove(&token);
+                *done = Some(outcome(status));
+            }
+            _ if st.closed => {
+                st.waits.remove(&token);
+                *done = Some(Err(Error::Closed));
+            }
+            _ => {}
         }
     }
     if done.is_some() {
+        st.end_asker(token, wake);
         st.release(token, wake);
     }
     done.clone()
@@ -278,12 +310,11 @@ impl Future for Fence {
     /// Ready once the wait finished (polling again returns the same outcome).
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        if let Some(r) = this.ask_young() {
+        if let Some(r) = this.ask_now() {
             return Poll::Ready(r);
         }
-        if this.ask_until.is_some() {
-            // Young and not over: poll again after the runtime's other tasks
-            // (a completion drained meanwhile is found then, too).
+        if this.asks != Asks::No {
+            // Asking and not over: poll again after the runtime's other tasks.
             cx.waker().wake_by_ref();
             return Poll::Pending;
         }

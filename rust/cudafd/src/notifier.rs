@@ -99,11 +99,24 @@ pub struct Notifier {
     pub(crate) inner: Arc<Inner>,
 }
 
+/// What asking the driver about one wait found ([`Inner::ask`]).
+pub(crate) enum Asked {
+    /// Over, with this status; the wait is the asker's now.
+    Over(i64),
+    /// Its work runs.
+    Running,
+    /// Not pending here any more (queued, cancelled, closed): the drain tells.
+    Elsewhere,
+}
+
 /// A completion's slot: its status once drained, and who to wake.
 #[derive(Default)]
 pub(crate) struct Slot {
     pub(crate) status: Option<i64>,
     pub(crate) waker: Option<Waker>,
+    /// The asking fence ([`State::asker`]) watched before this one on its
+    /// stream: this one does not finish before it.
+    pub(crate) after: Option<u64>,
 }
 
 pub(crate) struct State {
@@ -116,9 +129,39 @@ pub(crate) struct State {
     pub(crate) leader: Option<u64>,
     /// cudafd_drain said the notifier is closed.
     pub(crate) closed: bool,
+    /// `spin`: whether the core leaves the waits watched next to their
+    /// fences' asks (`cudafd_notifier_set_asking`), as last set.
+    pub(crate) asking: bool,
+    /// `spin`: the fence whose wait is left to its asks, and its stream's
+    /// key (`cudafd_stream_key`), until its outcome is known. Its wait is
+    /// in a lane of the core's apart from the stream's other waits, so
+    /// those are kept from finishing before it here ([`Slot::after`]).
+    pub(crate) asker: Option<(u64, u64)>,
 }
 
 impl State {
+    /// Whether the slot waits for the asking fence watched before it.
+    pub(crate) fn held(&self, slot: &Slot) -> bool {
+        slot.after.is_some() && slot.after == self.asker.map(|(t, _)| t)
+    }
+
+    /// `token`'s outcome is known: if it was the asking fence, the fences
+    /// held behind it are woken (returned, to be woken after the lock is
+    /// released). True if it was.
+    pub(crate) fn end_asker(&mut self, token: u64, wake: &mut Vec<Waker>) -> bool {
+        if self.asker.map(|(t, _)| t) != Some(token) {
+            return false;
+        }
+        self.asker = None;
+        for slot in self.waits.values_mut() {
+            if slot.after == Some(token) {
+                slot.after = None;
+                wake.extend(slot.waker.clone());
+            }
+        }
+        true
+    }
+
     /// Give up the lead if `token` has it: another waiting fence is woken to
     /// take it (returned, to be woken after the lock is released).
     pub(crate) fn release(&mut self, token: u64, wake: &mut Vec<Waker>) -> bool {
@@ -185,14 +228,60 @@ impl Inner {
     }
 
     /// Ask the driver on this thread whether the wait of `token` is over
-    /// (`cudafd_ask_token`, one event query): `Some(status)` if it is, the
-    /// wait then taken from the core (never drained); `None` if not yet, or
-    /// if it cannot be asked (not an `event` or `spin` notifier, closed,
-    /// already queued or cancelled: the drain then tells).
-    pub(crate) fn ask(&self, token: u64) -> Option<i64> {
+    /// (`cudafd_ask_token`, one event query). [`Asked::Over`]: the wait is
+    /// then taken from the core (never drained). [`Asked::Elsewhere`]: it
+    /// cannot be asked (queued already, cancelled, the notifier closed, or
+    /// not an `event` or `spin` notifier): the drain tells.
+    pub(crate) fn ask(&self, token: u64) -> Asked {
         let mut status = 0i64;
-        let rc = unsafe { sys::cudafd_ask_token(self.raw.as_ptr(), token, &mut status) };
-        (rc == 1).then_some(status)
+        match unsafe { sys::cudafd_ask_token(self.raw.as_ptr(), token, &mut status) } {
+            1 => Asked::Over(status),
+            0 => Asked::Running,
+            _ => Asked::Elsewhere,
+        }
+    }
+
+    /// Watch through `call` (which stores the token) and make the fence. A
+    /// `spin` notifier's watch made for a fence that will be awaited and is
+    /// its notifier's only one (`awaited`) is left to the fence's asks, the
+    /// core's poller only backing it up, so that one core spins, not two;
+    /// every other watch of a `spin` notifier is spun on by the poller, as
+    /// blocking waits and fd users need. The flag is the notifier's, so its
+    /// setting and the watch are made under the state lock.
+    ///
+    /// `stream`: the watched stream, None for an event.
+    pub(crate) fn watch_with(
+        self: &Arc<Self>,
+        stream: Option<CUstream>,
+        awaited: bool,
+        what: &'static str,
+        call: impl FnOnce(*mut sys::cudafd_notifier, &mut u64) -> c_int,
+    ) -> Result<Fence, Error> {
+        let mut token = 0;
+        if self.mechanism != Mechanism::Spin {
+            check(call(self.raw.as_ptr(), &mut token), what)?;
+            return Ok(self.fence(token));
+        }
+        let key = stream.map(|s| unsafe { sys::cudafd_stream_key(s as usize) });
+        let mut st = self.lock();
+        let lone = st.waits.is_empty();
+        let asked = awaited && lone && key.is_some();
+        if st.asking != asked {
+            let rc = unsafe { sys::cudafd_notifier_set_asking(self.raw.as_ptr(), asked as c_int) };
+            check(rc, "cudafd_notifier_set_asking")?;
+            st.asking = asked;
+        }
+        check(call(self.raw.as_ptr(), &mut token), what)?;
+        let after = match (st.asker, key) {
+            (Some((t, k)), Some(mine)) if k == mine => Some(t),
+            _ => None,
+        };
+        if asked {
+            st.asker = Some((token, key.unwrap_or_default()));
+        }
+        st.waits.entry(token).or_default().after = after;
+        drop(st);
+        Ok(Fence::new(self.clone(), token, lone, asked))
     }
 
     /// Drain every queued completion into its slot and wake its fence.
@@ -227,6 +316,7 @@ impl Inner {
                     let slot = st.waits.entry(c.token).or_default();
                     slot.status = Some(c.status);
                     wake.extend(slot.waker.take());
+                    st.end_asker(c.token, &mut wake);
                 }
                 total += got as usize;
                 if (got as usize) < batch.len() {
@@ -250,7 +340,7 @@ impl Inner {
             st.waits.entry(token).or_default();
             lone
         };
-        Fence::new(self.clone(), token, lone)
+        Fence::new(self.clone(), token, lone, false)
     }
 
     /// Detach a dropped fence's wait (its GPU work goes on).
@@ -267,7 +357,8 @@ impl Inner {
                     }
                 }
             }
-            if st.release(token, &mut wake) {
+            let ended = st.end_asker(token, &mut wake);
+            if st.release(token, &mut wake) || ended {
                 self.changed.notify_all();
             }
         }
@@ -319,6 +410,8 @@ impl Notifier {
                 cancelled: HashSet::new(),
                 leader: None,
                 closed: false,
+                asking: false,
+                asker: None,
             }),
             changed: Condvar::new(),
             #[cfg(feature = "tokio")]
@@ -379,14 +472,14 @@ impl Notifier {
     /// [`Error::Driver`] when a driver call of the watch failed (a bad
     /// handle, a context that faulted before the call).
     pub fn watch(&self, stream: CUstream) -> Result<Fence, Error> {
-        let mut token = 0;
-        check(
-            unsafe {
-                sys::cudafd_watch_stream(self.inner.raw.as_ptr(), stream as usize, &mut token)
-            },
-            "cudafd_watch_stream",
-        )?;
-        Ok(self.inner.fence(token))
+        self.watch_stream(stream, false)
+    }
+
+    fn watch_stream(&self, stream: CUstream, awaited: bool) -> Result<Fence, Error> {
+        self.inner
+            .watch_with(Some(stream), awaited, "cudafd_watch_stream", |n, token| unsafe {
+                sys::cudafd_watch_stream(n, stream as usize, token)
+            })
     }
 
     /// Watch `stream` now (as [`watch`](Notifier::watch)) and return a future
@@ -401,7 +494,7 @@ impl Notifier {
         &self,
         stream: CUstream,
     ) -> impl Future<Output = Result<(), Error>> + Send + 'static {
-        let fence = self.watch(stream);
+        let fence = self.watch_stream(stream, true);
         async move { fence?.await }
     }
 
@@ -410,12 +503,10 @@ impl Notifier {
     /// context hosts the wait, so one must be current; the event may be
     /// recorded again or destroyed once this returns.
     pub fn watch_event(&self, event: CUevent) -> Result<Fence, Error> {
-        let mut token = 0;
-        check(
-            unsafe { sys::cudafd_watch_event(self.inner.raw.as_ptr(), event as usize, &mut token) },
-            "cudafd_watch_event",
-        )?;
-        Ok(self.inner.fence(token))
+        self.inner
+            .watch_with(None, false, "cudafd_watch_event", |n, token| unsafe {
+                sys::cudafd_watch_event(n, event as usize, token)
+            })
     }
 
     /// Make now the side streams this notifier's waits in `stream`'s context

@@ -316,6 +316,97 @@ fn a_young_fence_asks_the_driver_itself() {
 }
 
 #[test]
+fn a_lone_spin_wait_asks_while_it_runs_and_the_poller_only_backs_it_up() {
+    let _serial = start();
+    // Made outside a runtime: no reactor, and nothing here dispatches, so a
+    // wait the poller leaves to its fence's asks (backing it up every
+    // max(max_lateness, 10 ms) = 10 s) ends only by those asks.
+    let notifier = Notifier::new(Mechanism::Spin).unwrap();
+    notifier.set_max_lateness(Duration::from_secs(10)).unwrap();
+    let gpu = Gpu::open();
+    let stream = gpu.stream();
+    let queries = || cudafd::stats().get("queries").expect("a query count");
+    // A watch() may be waited for by blocking or through the fd: spun on.
+    stream.launch(150, false);
+    let before = queries();
+    let watched = notifier.watch(stream.raw()).unwrap();
+    stream.synchronize().unwrap();
+    let spun = queries() - before;
+    drop(watched);
+    notifier.dispatch().unwrap(); // its completion, queued meanwhile, is discarded
+    // A lone wait() is awaited: its fence asks, however long its work runs.
+    let t0 = Instant::now();
+    stream.launch(300, false);
+    let before = queries();
+    let wait = notifier.wait(stream.raw());
+    std::thread::sleep(Duration::from_millis(150)); // not polled yet
+    let asked = queries() - before;
+    executor().block_on(async {
+        tokio::time::timeout(LIMIT, wait)
+            .await
+            .expect("found by the fence's own asks")
+            .unwrap();
+    });
+    assert!(t0.elapsed() >= Duration::from_millis(300), "done before its work");
+    assert!(asked < 20, "{asked} queries: the poller spun on a wait left to its fence");
+    assert!(spun > 5 * (asked + 1), "spun on: {spun} queries, left to the fence: {asked}");
+    assert_eq!(notifier.pending(), 0);
+    // The next watch, a watch() again, is spun on: the setting follows each watch.
+    stream.launch(100, false);
+    let before = queries();
+    let mut fence = notifier.watch(stream.raw()).unwrap();
+    stream.synchronize().unwrap();
+    assert!(queries() - before > 5 * (asked + 1), "a watch() after a wait() was not spun on");
+    assert!(matches!(fence.wait(Some(LIMIT)), Ok(())));
+    drop((fence, stream, notifier));
+    assert_no_leaks();
+}
+
+#[test]
+fn a_wait_on_the_stream_of_a_lone_spin_wait_does_not_finish_before_it() {
+    let _serial = start();
+    // The lone wait() (`first`) is left to its fence's asks, in a lane of
+    // its own; a watch() after it on its stream (`second`) is spun on by the
+    // poller, which finds it over as soon as the stream is idle. Until
+    // `first` has its outcome, `second` stays unfinished; a watch on another
+    // stream (`other`) is not held.
+    let notifier = Notifier::new(Mechanism::Spin).unwrap();
+    notifier.set_max_lateness(Duration::from_secs(10)).unwrap();
+    let gpu = Gpu::open();
+    let (stream, another) = (gpu.stream(), gpu.stream());
+    for dropped in [false, true] {
+        stream.launch(50, false);
+        let first = notifier.wait(stream.raw());
+        let mut second = notifier.watch(stream.raw()).unwrap();
+        another.launch(1, false);
+        let mut other = notifier.watch(another.raw()).unwrap();
+        stream.synchronize().unwrap();
+        another.synchronize().unwrap();
+        let deadline = Instant::now() + LIMIT;
+        while notifier.pending() > 1 {
+            // until both are queued by the poller and drained (`first` is
+            // only backed up, 10 s away)
+            assert!(Instant::now() < deadline, "the poller never found them");
+            notifier.dispatch().unwrap();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(matches!(other.try_wait(), Some(Ok(()))), "a wait on another stream was held");
+        assert!(second.try_wait().is_none(), "finished before the earlier wait on its stream");
+        if dropped {
+            drop(first); // its wait detached: nothing holds the later one
+        } else {
+            executor().block_on(async {
+                tokio::time::timeout(LIMIT, first).await.unwrap().unwrap();
+            });
+        }
+        assert!(matches!(second.try_wait(), Some(Ok(()))), "still held after the earlier wait ended");
+    }
+    assert_eq!(notifier.pending(), 0);
+    drop((stream, another, notifier));
+    assert_no_leaks();
+}
+
+#[test]
 fn a_fence_watched_beside_another_leaves_its_wait_to_the_fd() {
     let _serial = start();
     // As above, but another fence of the notifier is alive at the watch: the
