@@ -18,7 +18,8 @@ const SLICE: Duration = Duration::from_millis(50);
 /// How long after its watch an awaited fence asks the driver itself, each
 /// time its task is polled, before it leaves the wait to the notifier's fd
 /// (`event` and `spin` notifiers), when no other fence of its notifier was
-/// alive at its watch. A kernel of a few microseconds is over before any
+/// alive at its watch (a lone `spin` wait of [`Notifier::wait`] asks until
+/// it is over instead). A kernel of a few microseconds is over before any
 /// thread could be woken to say so: on an H200 a Tokio task awaiting 5 µs
 /// kernels through the fd resumed 110–116 µs after a loop on `stream_done`
 /// would have (`event`; 11–15 µs under `spin`), and 1.0 µs (2 µs) later
@@ -41,7 +42,9 @@ const ASK_WINDOW: Duration = Duration::from_micros(20);
 ///   or `spin` notifier watched while no other fence of that notifier was
 ///   alive asks the driver itself for its first 20 µs, each time it is
 ///   polled, and wakes its task to be polled again, so work that ends that
-///   soon resumes the task without going through the fd.
+///   soon resumes the task without going through the fd. A `spin`
+///   notifier's lone wait made by [`Notifier::wait`] asks until it is over
+///   (its doc says why).
 /// - Poll its fd ([`AsRawFd`]: the notifier's fd, readable when any of the
 ///   notifier's completions is queued), then call [`try_wait`](Fence::try_wait).
 /// - Block the thread in [`wait`](Fence::wait) (never inside an async task).

@@ -44,7 +44,9 @@ pub enum Mechanism {
     /// (a host function never runs after one).
     HostFunc,
     /// A pooled event; a shared waiter thread polls while waits are pending
-    /// (lowest latency, one busy core meanwhile).
+    /// (lowest latency, one busy core meanwhile). A wait of
+    /// [`Notifier::wait`] that is its notifier's only one is asked about by
+    /// its own task instead, the waiter thread only backing it up.
     Spin,
 }
 
@@ -486,6 +488,17 @@ impl Notifier {
     /// of the outcome: `Ok(())` once the GPU passed the point, else the
     /// error. The future is `Send + 'static`: spawn it, or await it in place.
     /// Dropping it before it finishes cancels the wait; the GPU work goes on.
+    ///
+    /// Under [`Mechanism::Spin`], a wait made while no other wait of the
+    /// notifier is pending is asked about by its task, each time it is
+    /// polled, until it is over: the task stays ready (one busy runtime
+    /// thread) and resumes within a few microseconds of the work's end, and
+    /// the core's waiter thread only backs the wait up, every
+    /// max(max_lateness, 10 ms), instead of spinning on it too. A later wait
+    /// on the same stream does not finish before it. Every other wait of a
+    /// `spin` notifier (beside others, or made by [`watch`](Notifier::watch),
+    /// which may be waited for by blocking or through the fd) is spun on by
+    /// the waiter thread.
     ///
     /// In a spawned task on Rust before 1.64, bind the future first
     /// (`let w = notifier.wait(s); w.await`): there a raw stream pointer in
