@@ -14,7 +14,10 @@ round:
 Per way and length: p50/p99 of (resumed - launch returned) minus the
 floor's p50, the kernel's p50 length on the GPU (timing events before and
 after it) minus the floor's (the first column counts the kernel's length
-too), asks per wait, the p50 time between asks (the loop's pass),
+too), ``begin``: the kernel's start after the launch returned and
+``after``: the resumption after the kernel's end (each p50, host times of
+GPU events through a reference event recorded on the idle stream before
+each kernel and spun on), asks per wait, the p50 time between asks (the loop's pass),
 the p50 time one ask takes, and the p50 time from the last ask that found
 the work running to the one that found it over. If spin's lateness grows
 with the kernel's length because its passes slow down as the wait ages,
@@ -79,9 +82,13 @@ async def run(a: argparse.Namespace) -> None:
         for name, seconds in lengths:
             order = WAYS[r % 3 :] + WAYS[: r % 3]
             for way in order:
-                row = rows.setdefault((name, way), {"lat": [], "gpu": [], "asks": [], "pass": [], "ask": [], "last": []})
+                row = rows.setdefault((name, way), {"lat": [], "gpu": [], "begin": [], "after": [], "asks": [], "pass": [], "ask": [], "last": []})
                 for i in range(a.samples + 2):  # the first two of each turn warm the way up
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    ref, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+                    ref.record(stream)  # the stream is idle: done at once, its host time read here
+                    while not ref.query():
+                        pass
+                    h_ref = clock()
                     start.record(stream)
                     launch(seconds)
                     end.record(stream)
@@ -93,6 +100,8 @@ async def run(a: argparse.Namespace) -> None:
                         continue
                     row["lat"].append((t1 - t0) / 1e3)
                     row["gpu"].append(start.elapsed_time(end) * 1e3)
+                    row["begin"].append(ref.elapsed_time(start) * 1e3 - (t0 - h_ref) / 1e3)
+                    row["after"].append((t1 - h_ref) / 1e3 - ref.elapsed_time(end) * 1e3)
                     if asks:
                         row["asks"].append(len(asks))
                         row["ask"].append(sum(d for _, d in asks) / len(asks) / 1e3)
@@ -101,7 +110,7 @@ async def run(a: argparse.Namespace) -> None:
                             row["last"].append((asks[-1][0] - asks[-2][0]) / 1e3)
     notifier.close()
     print(f"{a.loop}: one stream, {a.rounds} rounds x {a.samples} samples; µs; lateness minus the floor's p50")
-    print(f"{'length':>6} {'way':>7} {'p50':>7} {'p99':>8} {'kernel':>7} {'asks':>7} {'pass':>6} {'ask':>6} {'last gap':>8}")
+    print(f"{'length':>6} {'way':>7} {'p50':>7} {'p99':>8} {'kernel':>7} {'begin':>7} {'after':>7} {'asks':>7} {'pass':>6} {'ask':>6} {'last gap':>8}")
     for name, _ in lengths:
         base = pct(rows[(name, "floor")]["lat"], 0.5)
         gbase = pct(rows[(name, "floor")]["gpu"], 0.5)
@@ -109,7 +118,7 @@ async def run(a: argparse.Namespace) -> None:
             row = rows[(name, way)]
             cols = [pct(row[k], 0.5) if row[k] else float("nan") for k in ("asks", "pass", "ask", "last")]
             print(f"{name:>6} {way:>7} {pct(row['lat'], 0.5) - base:7.1f} {pct(row['lat'], 0.99) - base:8.1f} "
-                  f"{pct(row['gpu'], 0.5) - gbase:7.1f} "
+                  f"{pct(row['gpu'], 0.5) - gbase:7.1f} {pct(row['begin'], 0.5):7.1f} {pct(row['after'], 0.5):7.1f} "
                   f"{cols[0]:7.0f} {cols[1]:6.2f} {cols[2]:6.2f} {cols[3]:8.2f}")
 
 
