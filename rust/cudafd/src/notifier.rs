@@ -478,10 +478,12 @@ impl Notifier {
     }
 
     fn watch_stream(&self, stream: CUstream, awaited: bool) -> Result<Fence, Error> {
-        self.inner
-            .watch_with(Some(stream), awaited, "cudafd_watch_stream", |n, token| unsafe {
-                sys::cudafd_watch_stream(n, stream as usize, token)
-            })
+        self.inner.watch_with(
+            Some(stream),
+            awaited,
+            "cudafd_watch_stream",
+            |n, token| unsafe { sys::cudafd_watch_stream(n, stream as usize, token) },
+        )
     }
 
     /// Watch `stream` now (as [`watch`](Notifier::watch)) and return a future

@@ -2,7 +2,7 @@
 mod common;
 
 use std::os::unix::io::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -334,7 +334,7 @@ fn a_lone_spin_wait_asks_while_it_runs_and_the_poller_only_backs_it_up() {
     let spun = queries() - before;
     drop(watched);
     notifier.dispatch().unwrap(); // its completion, queued meanwhile, is discarded
-    // A lone wait() is awaited: its fence asks, however long its work runs.
+                                  // A lone wait() is awaited: its fence asks, however long its work runs.
     let t0 = Instant::now();
     stream.launch(300, false);
     let before = queries();
@@ -347,16 +347,28 @@ fn a_lone_spin_wait_asks_while_it_runs_and_the_poller_only_backs_it_up() {
             .expect("found by the fence's own asks")
             .unwrap();
     });
-    assert!(t0.elapsed() >= Duration::from_millis(300), "done before its work");
-    assert!(asked < 20, "{asked} queries: the poller spun on a wait left to its fence");
-    assert!(spun > 5 * (asked + 1), "spun on: {spun} queries, left to the fence: {asked}");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(300),
+        "done before its work"
+    );
+    assert!(
+        asked < 20,
+        "{asked} queries: the poller spun on a wait left to its fence"
+    );
+    assert!(
+        spun > 5 * (asked + 1),
+        "spun on: {spun} queries, left to the fence: {asked}"
+    );
     assert_eq!(notifier.pending(), 0);
     // The next watch, a watch() again, is spun on: the setting follows each watch.
     stream.launch(100, false);
     let before = queries();
     let mut fence = notifier.watch(stream.raw()).unwrap();
     stream.synchronize().unwrap();
-    assert!(queries() - before > 5 * (asked + 1), "a watch() after a wait() was not spun on");
+    assert!(
+        queries() - before > 5 * (asked + 1),
+        "a watch() after a wait() was not spun on"
+    );
     assert!(matches!(fence.wait(Some(LIMIT)), Ok(())));
     drop((fence, stream, notifier));
     assert_no_leaks();
@@ -390,8 +402,14 @@ fn a_wait_on_the_stream_of_a_lone_spin_wait_does_not_finish_before_it() {
             notifier.dispatch().unwrap();
             std::thread::sleep(Duration::from_millis(1));
         }
-        assert!(matches!(other.try_wait(), Some(Ok(()))), "a wait on another stream was held");
-        assert!(second.try_wait().is_none(), "finished before the earlier wait on its stream");
+        assert!(
+            matches!(other.try_wait(), Some(Ok(()))),
+            "a wait on another stream was held"
+        );
+        assert!(
+            second.try_wait().is_none(),
+            "finished before the earlier wait on its stream"
+        );
         if dropped {
             drop(first); // its wait detached: nothing holds the later one
         } else {
@@ -399,10 +417,85 @@ fn a_wait_on_the_stream_of_a_lone_spin_wait_does_not_finish_before_it() {
                 tokio::time::timeout(LIMIT, first).await.unwrap().unwrap();
             });
         }
-        assert!(matches!(second.try_wait(), Some(Ok(()))), "still held after the earlier wait ended");
+        assert!(
+            matches!(second.try_wait(), Some(Ok(()))),
+            "still held after the earlier wait ended"
+        );
     }
     assert_eq!(notifier.pending(), 0);
     drop((stream, another, notifier));
+    assert_no_leaks();
+}
+
+#[test]
+fn an_asking_fence_lets_the_runtime_poll_its_reactor_at_every_pass() {
+    let _serial = start();
+    // A lone spin wait's task is always ready while it asks. Each of its
+    // polls yields as `yield_now` does, so the runtime polls its reactor
+    // before polling it again: another task's fd event is seen within a
+    // pass or two, not after the dozens of polls a current-thread runtime
+    // makes between two looks at its reactor while a task is always ready.
+    // Counted in the asking task's polls, not timed.
+    struct Counted<F>(std::pin::Pin<Box<F>>, Arc<AtomicUsize>);
+    impl<F: std::future::Future> std::future::Future for Counted<F> {
+        type Output = F::Output;
+        fn poll(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<F::Output> {
+            self.1.fetch_add(1, Ordering::SeqCst);
+            self.0.as_mut().poll(cx)
+        }
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let notifier = Notifier::new(Mechanism::Spin).unwrap();
+        let gpu = Gpu::open();
+        let stream = gpu.stream();
+        stream.launch(2000, false);
+        let polls = Arc::new(AtomicUsize::new(0));
+        let t0 = Instant::now();
+        let asking = tokio::spawn(Counted(
+            Box::pin(notifier.wait(stream.raw())),
+            polls.clone(),
+        ));
+        let (tx, rx) = tokio::net::UnixStream::pair().unwrap();
+        let mut most = 0;
+        for _ in 0..20 {
+            let before = polls.load(Ordering::SeqCst);
+            while polls.load(Ordering::SeqCst) < before + 3 {
+                tokio::task::yield_now().await; // the asking task runs meanwhile
+            }
+            let before = polls.load(Ordering::SeqCst);
+            assert_eq!(tx.try_write(b"x").unwrap(), 1);
+            rx.readable().await.unwrap();
+            let mut byte = [0u8; 1];
+            assert_eq!(rx.try_read(&mut byte).unwrap(), 1);
+            most = most.max(polls.load(Ordering::SeqCst) - before);
+        }
+        assert!(
+            !asking.is_finished(),
+            "the kernel ended before the checks did"
+        );
+        assert!(
+            most <= 6,
+            "the asking task was polled {most} times before an fd event was seen"
+        );
+        tokio::time::timeout(LIMIT, asking)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(
+            t0.elapsed() >= Duration::from_millis(2000),
+            "done before its work"
+        );
+        drop((stream, notifier));
+    });
+    drop(rt);
     assert_no_leaks();
 }
 
