@@ -309,10 +309,10 @@ fn poll_readable(fd: RawFd, timeout: Duration) -> Result<(), Error> {
 
 /// Have the task polled again once the runtime's other ready tasks ran and
 /// its reactor was polled: inside a Tokio runtime as `tokio::task::yield_now`
-/// does, which defers the wake until after the reactor, so an asking task
-/// that is always ready does not hold up the fd events of the runtime's
-/// other tasks (on 4 streams with one task asking, waking it at once raised
-/// the other tasks' p99). Elsewhere the waker is woken at once.
+/// does, which defers the wake until after the reactor. A task woken at once
+/// is always ready while it asks, and a current-thread runtime then looks at
+/// its reactor only every 61 polls: the other tasks' fd events waited that
+/// long (`tests/waits.rs`). Elsewhere the waker is woken at once.
 fn yield_to_runtime(cx: &mut Context<'_>) {
     #[cfg(feature = "tokio")]
     {
@@ -333,9 +333,18 @@ impl Future for Fence {
         if let Some(r) = this.ask_now() {
             return Poll::Ready(r);
         }
-        if this.asks != Asks::No {
-            // Asking and not over: poll again after the runtime's other tasks.
+        if this.asks == Asks::Always {
+            // Asking for as long as the work runs: poll again after the
+            // runtime's other tasks and its reactor.
             yield_to_runtime(cx);
+            return Poll::Pending;
+        }
+        if this.asks != Asks::No {
+            // Young and not over: poll again after the runtime's other tasks
+            // (at once: the window ends before a runtime kept busy looks at
+            // its reactor anyway, and each pass through the reactor would
+            // leave fewer asks in it).
+            cx.waker().wake_by_ref();
             return Poll::Pending;
         }
         let inner = this.inner.clone();

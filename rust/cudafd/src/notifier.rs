@@ -494,7 +494,7 @@ impl Notifier {
     /// Under [`Mechanism::Spin`], a wait made while no other wait of the
     /// notifier is pending is asked about by its task, each time it is
     /// polled, until it is over: the task stays ready (one busy runtime
-    /// thread) and resumes within a few microseconds of the work's end, and
+    /// thread; it yields as `tokio::task::yield_now` does) and resumes within a few microseconds of the work's end, and
     /// the core's waiter thread only backs the wait up, every
     /// max(max_lateness, 10 ms), instead of spinning on it too. A later wait
     /// on the same stream does not finish before it. Every other wait of a
