@@ -9,7 +9,11 @@ round:
 - ``floor``: ``while not end.query(): pass`` (no yield): the earliest the loop's thread can tell;
 - ``sleep0``: ``while not end.query(): await asyncio.sleep(0)``;
 - ``spin``: ``await cudafd.wait(stream, notifier=Notifier("spin"))``, its
-  asks (``Notifier.adapter_ask``) timed by a wrapper.
+  asks (``Notifier.adapter_ask``) timed by a wrapper;
+- ``ask``: the same asks without the asyncio adapter: a watch
+  (``Notifier.adapter_watch``) on a second spin Notifier, then
+  ``asyncio.sleep(0)`` and ``adapter_ask`` until over (no fast path, no
+  reader on the Notifier's fd, no lanes).
 
 Per way and length: p50/p99 of (resumed - launch returned) minus the
 floor's p50, the kernel's p50 length on the GPU (timing events before and
@@ -31,8 +35,9 @@ import time
 
 import cudafd
 from cudafd._bench import torchk
+from cudafd._core.targets import resolve
 
-WAYS = ("floor", "sleep0", "spin")
+WAYS = ("floor", "sleep0", "spin", "ask")
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -75,12 +80,27 @@ async def run(a: argparse.Namespace) -> None:
     async def spin(end) -> None:  # type: ignore[no-untyped-def]
         await cudafd.wait(stream, notifier=notifier)
 
-    fns = {"floor": floor, "sleep0": sleep0, "spin": spin}
+    bare = cudafd.Notifier("spin")
+    target = resolve(stream)
+
+    async def ask_bare(end) -> None:  # type: ignore[no-untyped-def]
+        token = bare.adapter_watch(target)
+        while True:
+            await asyncio.sleep(0)
+            t0 = clock()
+            over, exc = bare.adapter_ask(token)
+            asks.append((t0, clock() - t0))
+            if over:
+                if exc is not None:
+                    raise exc
+                return
+
+    fns = {"floor": floor, "sleep0": sleep0, "spin": spin, "ask": ask_bare}
     lengths = [(n, float(n[:-2]) * (1e-3 if n.endswith("ms") else 1e-6)) for n in a.lengths.split(",")]
     rows: dict[tuple[str, str], dict[str, list[float]]] = {}
     for r in range(a.rounds):
         for name, seconds in lengths:
-            order = WAYS[r % 3 :] + WAYS[: r % 3]
+            order = WAYS[r % len(WAYS) :] + WAYS[: r % len(WAYS)]
             for way in order:
                 row = rows.setdefault((name, way), {"lat": [], "gpu": [], "begin": [], "after": [], "asks": [], "pass": [], "ask": [], "last": []})
                 for i in range(a.samples + 2):  # the first two of each turn warm the way up
@@ -109,6 +129,7 @@ async def run(a: argparse.Namespace) -> None:
                             row["pass"].append((asks[-1][0] - asks[0][0]) / (len(asks) - 1) / 1e3)
                             row["last"].append((asks[-1][0] - asks[-2][0]) / 1e3)
     notifier.close()
+    bare.close()
     print(f"{a.loop}: one stream, {a.rounds} rounds x {a.samples} samples; µs; lateness minus the floor's p50")
     print(f"{'length':>6} {'way':>7} {'p50':>7} {'p99':>8} {'kernel':>7} {'begin':>7} {'after':>7} {'asks':>7} {'pass':>6} {'ask':>6} {'last gap':>8}")
     for name, _ in lengths:
