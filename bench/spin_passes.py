@@ -13,7 +13,10 @@ round:
 - ``ask``: the same asks without the asyncio adapter: a watch
   (``Notifier.adapter_watch``) on a second spin Notifier, then
   ``asyncio.sleep(0)`` and ``adapter_ask`` until over (no fast path, no
-  reader on the Notifier's fd, no lanes).
+  reader on the Notifier's fd, no lanes);
+- ``steps``: ``cudafd.wait``'s steps (``policy.WaitPolicy.steps``) on a
+  third spin Notifier, driven by a loop that turns each into
+  ``asyncio.sleep(0)``, without the asyncio adapter's Dispatcher.
 
 Per way and length: p50/p99 of (resumed - launch returned) minus the
 floor's p50, the kernel's p50 length on the GPU (timing events before and
@@ -35,9 +38,10 @@ import time
 
 import cudafd
 from cudafd._bench import torchk
+from cudafd._core.policy import WaitPolicy
 from cudafd._core.targets import resolve
 
-WAYS = ("floor", "sleep0", "spin", "ask")
+WAYS = ("floor", "sleep0", "spin", "steps", "ask")
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -52,17 +56,22 @@ async def run(a: argparse.Namespace) -> None:
     stream = torch.cuda.Stream()
     launch = torchk.launcher(torch, stream, torchk.calibrate(torch, stream)["cycles_per_s"])
     clock = time.perf_counter_ns
-    notifier = cudafd.Notifier("spin")
     asks: list[tuple[int, int]] = []  # (start ns, duration ns) of each ask of the wait in progress
-    ask = notifier.adapter_ask
 
-    def timed_ask(token: int):  # type: ignore[no-untyped-def]
-        t0 = clock()
-        r = ask(token)
-        asks.append((t0, clock() - t0))
-        return r
+    def timed(n):  # type: ignore[no-untyped-def]
+        ask = n.adapter_ask
 
-    notifier.adapter_ask = timed_ask  # type: ignore[method-assign]
+        def timed_ask(token: int):  # type: ignore[no-untyped-def]
+            t0 = clock()
+            r = ask(token)
+            asks.append((t0, clock() - t0))
+            return r
+
+        n.adapter_ask = timed_ask
+        return n
+
+    notifier, stepped = timed(cudafd.Notifier("spin")), timed(cudafd.Notifier("spin"))
+    policy = WaitPolicy()
 
     async def floor(end) -> None:  # type: ignore[no-untyped-def]
         while not end.query():
@@ -95,7 +104,16 @@ async def run(a: argparse.Namespace) -> None:
                     raise exc
                 return
 
-    fns = {"floor": floor, "sleep0": sleep0, "spin": spin, "ask": ask_bare}
+    async def steps(end) -> None:  # type: ignore[no-untyped-def]
+        it = policy.steps(stepped, target)
+        try:
+            for token in it:
+                assert token is None, "a spin wait is never parked"
+                await asyncio.sleep(0)
+        finally:
+            it.close()
+
+    fns = {"floor": floor, "sleep0": sleep0, "spin": spin, "steps": steps, "ask": ask_bare}
     lengths = [(n, float(n[:-2]) * (1e-3 if n.endswith("ms") else 1e-6)) for n in a.lengths.split(",")]
     rows: dict[tuple[str, str], dict[str, list[float]]] = {}
     for r in range(a.rounds):
@@ -128,8 +146,8 @@ async def run(a: argparse.Namespace) -> None:
                         if len(asks) > 1:
                             row["pass"].append((asks[-1][0] - asks[0][0]) / (len(asks) - 1) / 1e3)
                             row["last"].append((asks[-1][0] - asks[-2][0]) / 1e3)
-    notifier.close()
-    bare.close()
+    for n in (notifier, stepped, bare):
+        n.close()
     print(f"{a.loop}: one stream, {a.rounds} rounds x {a.samples} samples; µs; lateness minus the floor's p50")
     print(f"{'length':>6} {'way':>7} {'p50':>7} {'p99':>8} {'kernel':>7} {'begin':>7} {'after':>7} {'asks':>7} {'pass':>6} {'ask':>6} {'last gap':>8}")
     for name, _ in lengths:
