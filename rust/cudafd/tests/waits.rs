@@ -455,9 +455,9 @@ fn an_asking_fence_lets_the_runtime_poll_its_reactor_at_every_pass() {
         let notifier = Notifier::new(Mechanism::Spin).unwrap();
         let gpu = Gpu::open();
         let stream = gpu.stream();
+        let t0 = Instant::now(); // before the launch: the work may start at once
         stream.launch(2000, false);
         let polls = Arc::new(AtomicUsize::new(0));
-        let t0 = Instant::now();
         let asking = tokio::spawn(Counted(
             Box::pin(notifier.wait(stream.raw())),
             polls.clone(),
