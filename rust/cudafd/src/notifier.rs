@@ -264,9 +264,16 @@ impl Inner {
             check(call(self.raw.as_ptr(), &mut token), what)?;
             return Ok(self.fence(token));
         }
-        let key = stream.map(|s| unsafe { sys::cudafd_stream_key(s as usize) });
         let mut st = self.lock();
         let lone = st.waits.is_empty();
+        // The stream's key, only where it is used: for the asking fence's
+        // own watch, and to hold a later watch behind it.
+        let key = match stream {
+            Some(s) if (awaited && lone) || st.asker.is_some() => {
+                Some(unsafe { sys::cudafd_stream_key(s as usize) })
+            }
+            _ => None,
+        };
         let asked = awaited && lone && key.is_some();
         if st.asking != asked {
             let rc = unsafe { sys::cudafd_notifier_set_asking(self.raw.as_ptr(), asked as c_int) };
@@ -278,8 +285,8 @@ impl Inner {
             (Some((t, k)), Some(mine)) if k == mine => Some(t),
             _ => None,
         };
-        if asked {
-            st.asker = Some((token, key.unwrap_or_default()));
+        if let (true, Some(k)) = (asked, key) {
+            st.asker = Some((token, k));
         }
         st.waits.entry(token).or_default().after = after;
         drop(st);
@@ -494,9 +501,10 @@ impl Notifier {
     /// Under [`Mechanism::Spin`], a wait made while no other wait of the
     /// notifier is pending is asked about by its task, each time it is
     /// polled, until it is over: the task stays ready (one busy runtime
-    /// thread; it yields as `tokio::task::yield_now` does) and resumes within a few microseconds of the work's end, and
-    /// the core's waiter thread only backs the wait up, every
-    /// max(max_lateness, 10 ms), instead of spinning on it too. A later wait
+    /// thread; it yields as `tokio::task::yield_now` does) and resumes
+    /// within a few microseconds of the work's end, and the core's waiter
+    /// thread only backs the wait up, every max(max_lateness, 10 ms),
+    /// instead of spinning on it too. A later wait
     /// on the same stream does not finish before it. Every other wait of a
     /// `spin` notifier (beside others, or made by [`watch`](Notifier::watch),
     /// which may be waited for by blocking or through the fd) is spun on by
