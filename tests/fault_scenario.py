@@ -1,8 +1,10 @@
-"""A device fault under many pending waiters, as a function and as a script.
+"""A device fault under many pending waiters, as functions and as a script.
 
-On the simulator the tests call scenario() in-process with a fresh simulated
-context. On a real GPU a fault poisons the whole process, so the tests run
-`python fault_scenario.py FLAVOR MECHANISM`, which prints the result as JSON.
+On the simulator the tests call scenario() and two_devices() in-process with
+fresh simulated contexts. On a real GPU a fault poisons the whole context
+for the rest of the process, so the tests run them in a subprocess
+(`python fault_scenario.py FLAVOR MECHANISM` for scenario()), which prints
+the result as JSON.
 """
 from __future__ import annotations
 
@@ -12,6 +14,16 @@ import time
 
 import cudafd
 from support import REAL, Device, run
+
+
+async def guarded(api, s) -> str:
+    """"ok" once the wait on ``s`` returned, or the name of the CudaError it raised."""
+    try:
+        await api.wait(s)
+        return "ok"
+    except cudafd.CudaError as e:
+        assert e.code == 700, e
+        return e.name
 
 
 def scenario(flavor: str, mechanism: str, streams: int = 4, per_stream: int = 4) -> dict:
@@ -24,14 +36,6 @@ def scenario(flavor: str, mechanism: str, streams: int = 4, per_stream: int = 4)
     try:
         busy = [dev.stream() for _ in range(streams)]
         faulting = dev.stream()
-
-        async def guarded(api, s):
-            try:
-                await api.wait(s)
-                return "ok"
-            except cudafd.CudaError as e:
-                assert e.code == 700, e
-                return e.name
 
         async def body(api):
             waits = []
@@ -50,6 +54,48 @@ def scenario(flavor: str, mechanism: str, streams: int = 4, per_stream: int = 4)
     finally:
         if not REAL:
             dev.close()
+
+
+def two_devices(flavor: str, mechanism: str, streams: int = 3, per_stream: int = 3) -> dict:
+    """One Notifier over `streams` streams of device 0, each with a 0.3 s
+    kernel, and `streams` of device 1, each with a 3 s kernel, `per_stream`
+    waits on each, and one more stream of device 1 whose kernel faults after
+    10 ms (few streams per device, as in scenario()). Then, after the fault,
+    a new kernel on device 0 awaited, and the faulted stream awaited again."""
+    good, bad = Device(0), Device(1)
+    try:
+        gs = [good.stream() for _ in range(streams)]
+        bs = [bad.stream() for _ in range(streams)]
+        faulting = bad.stream()
+
+        async def body(api):
+            if api.notifier is not None:
+                for d in (good, bad):
+                    api.notifier.prepare(d.streams[0])
+            for s in gs:
+                s.launch(0.3)
+            for s in bs:
+                s.launch(3.0)  # only the fault can end these early
+            waits = [guarded(api, s) for _ in range(per_stream) for s in gs]
+            waits += [guarded(api, s) for _ in range(per_stream) for s in bs]
+            faulting.launch(0.01, fault=True)
+            waits.append(guarded(api, faulting))
+            t0 = time.monotonic()
+            names = await api.gather(*waits)
+            elapsed = time.monotonic() - t0
+            good_idle = all(s.idle() for s in gs)
+            gs[0].launch(0.01)
+            after = await guarded(api, gs[0])
+            sticky = await guarded(api, faulting)
+            n = len(gs) * per_stream
+            return {"good": names[:n], "bad": names[n:] + [sticky], "elapsed": elapsed,
+                    "good_idle": good_idle, "after": after}
+
+        return run(flavor, mechanism, body, prepare=False)
+    finally:
+        if not REAL:
+            good.close()
+            bad.close()
 
 
 if __name__ == "__main__":

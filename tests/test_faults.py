@@ -9,9 +9,8 @@ import sys
 
 import pytest
 
-import cudafd
 from fault_scenario import scenario
-from support import REAL, child_env, run
+from support import REAL, child_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -31,32 +30,6 @@ def test_fault_reaches_every_waiter(flavor, mechanism):
     result = faulted(flavor, mechanism)
     assert set(result["names"]) == {"CUDA_ERROR_ILLEGAL_ADDRESS"}, result["names"]
     assert result["elapsed"] < 1.5, f"faults took {result['elapsed']:.2f} s to surface"
-
-
-def test_fault_leaves_other_contexts_working(loop_flavor):
-    if REAL:
-        pytest.skip("a fault on a real GPU ends every context of the process")
-    from support import Device
-
-    bad, good = Device(0), Device(1)
-    try:
-        sb, sg = bad.stream(), good.stream()
-
-        async def body(api):
-            sb.launch(0.001, fault=True)
-            sg.launch(0.01)
-            with pytest.raises(cudafd.CudaError) as info:
-                await api.wait(sb)
-            assert info.value.name == "CUDA_ERROR_ILLEGAL_ADDRESS"
-            await api.wait(sg)
-            assert sg.idle()
-            with pytest.raises(cudafd.CudaError):  # the fault is sticky
-                await api.wait(sb)
-
-        run(loop_flavor, "event", body)
-    finally:
-        bad.close()
-        good.close()
 
 
 @pytest.mark.skipif(REAL, reason="a simulator setting")

@@ -61,6 +61,7 @@ SIGNATURES: dict[str, list[object]] = {
     "cuDevicePrimaryCtxRelease": [c_int],
     "cuDevicePrimaryCtxGetState": [c_int, POINTER(c_uint), POINTER(c_int)],
     "cuCtxGetCurrent": [POINTER(_P)],
+    "cuCtxGetDevice": [POINTER(c_int)],
     "cuCtxSetCurrent": [_P],
     "cuCtxPushCurrent": [_P],
     "cuCtxPopCurrent": [POINTER(_P)],
@@ -249,6 +250,25 @@ class Driver:
     def current_ctx(self) -> int:
         ctx = c_void_p()
         check(self.cuCtxGetCurrent(byref(ctx)), "cuCtxGetCurrent")  # type: ignore[attr-defined]
+        return ctx.value or 0
+
+    def current_device(self) -> int:
+        """The device of the current context, -1 when none is current."""
+        dev = c_int()
+        return dev.value if self.cuCtxGetDevice(byref(dev)) == CUDA_SUCCESS else -1  # type: ignore[attr-defined]
+
+    def primary_ctx(self, ordinal: int) -> int:
+        """Device ``ordinal``'s primary context while it is active (a framework holds it), else 0.
+        Not retained: the holder keeps it alive."""
+        self.init()
+        dev, flags, active, ctx = c_int(), c_uint(), c_int(), c_void_p()
+        check(self.cuDeviceGet(byref(dev), ordinal), "cuDeviceGet")  # type: ignore[attr-defined]
+        state = self.cuDevicePrimaryCtxGetState(dev, byref(flags), byref(active))  # type: ignore[attr-defined]
+        check(state, "cuDevicePrimaryCtxGetState")
+        if not active.value:
+            return 0
+        check(self.cuDevicePrimaryCtxRetain(byref(ctx), dev), "cuDevicePrimaryCtxRetain")  # type: ignore[attr-defined]
+        self.cuDevicePrimaryCtxRelease(dev)  # type: ignore[attr-defined]
         return ctx.value or 0
 
     def stream_key(self, stream: int) -> int:

@@ -87,7 +87,7 @@ import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from . import fork as _fork, lib as _lib, loop_hook
+from . import driver as _driver, fork as _fork, lib as _lib, loop_hook
 from .backend import Backend
 from .errors import ClosedError, CudaError, CudafdError, LibraryError
 from .targets import Target, resolve
@@ -262,7 +262,11 @@ class Notifier:
         with self._lock:
             if self._closed:
                 raise ClosedError("prepare() on a closed Notifier")
-            self._backend.prepare(t.handle)  # type: ignore[union-attr]
+            if t.ctx:  # a default stream of another device's context (targets.py)
+                with _driver.get().pushed(t.ctx):
+                    self._backend.prepare(t.handle)  # type: ignore[union-attr]
+            else:
+                self._backend.prepare(t.handle)  # type: ignore[union-attr]
 
     # ---- the loop-adapter protocol (module docstring) ----
 
@@ -333,7 +337,11 @@ class Notifier:
                 if self.adapter_asks:  # per wait: watch()'s waits on this Notifier still spin in the core
                     backend.set_asking(asked)  # type: ignore[union-attr]
                 if kind == "stream":
-                    token = backend.watch_stream(t.handle)  # type: ignore[union-attr]
+                    if t.ctx:  # a default stream of another device's context (targets.py)
+                        with _driver.get().pushed(t.ctx):
+                            token = backend.watch_stream(t.handle)  # type: ignore[union-attr]
+                    else:
+                        token = backend.watch_stream(t.handle)  # type: ignore[union-attr]
                 else:
                     token = backend.watch_event(t.handle, t.ctx)  # type: ignore[union-attr]
             else:  # nothing to wait for: report it at the next drain
@@ -357,6 +365,9 @@ class Notifier:
             return False
         kind = t.kind
         if kind == "stream":
+            if t.ctx:  # a default stream of another device's context (targets.py)
+                with _driver.get().pushed(t.ctx):
+                    return self._stream_done(t.handle) == 1
             return self._stream_done(t.handle) == 1  # (ctypes gives 0 or 1)
         if kind == "event":
             return self._event_done(t.handle) == 1

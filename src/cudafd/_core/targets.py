@@ -22,6 +22,14 @@ recorded event, meaning "its latest record". Recognised:
   record which stream produced an array). Work enqueued on other streams is
   not covered: wait on that stream, or on an event recorded after the work.
 
+Default streams of another device. A framework's default stream has the
+handle 0 (or CU_STREAM_LEGACY, CU_STREAM_PER_THREAD), which the driver takes
+as the default stream of the *current* context. For a torch or CuPy stream,
+tensor or array of a device other than the current context's, the Target
+therefore carries that device's primary context (the frameworks' own), which
+the Notifier makes current around the calls that name the handle; every
+other stream carries its context itself (cuStreamGetCtx).
+
 Dispatch is on the module names along the object's type's MRO, cached per
 type, so no framework is ever imported here and subclasses work.
 """
@@ -54,7 +62,8 @@ class Target:
     stream or event it owns is not destroyed under the wait. ``ctx`` is the
     CUcontext to make current while watching an event, where the target knows
     it (0: the caller's current context, as the native core requires for
-    events).
+    events), or while naming a default stream of another device's context
+    (module docstring; 0: the handle's own or the current one).
     """
 
     __slots__ = ("kind", "handle", "keep", "ctx")
@@ -117,8 +126,28 @@ def _int_handle(obj: object) -> Target:
     return Target("stream", value, obj)
 
 
+DEFAULT_STREAMS = (0, 1, 2)  # the legacy default stream (0, CU_STREAM_LEGACY) and CU_STREAM_PER_THREAD
+
+
+def _on_device(handle: int, keep: object, ordinal: object) -> Target:
+    """A stream of device ``ordinal`` (a framework's index; None: unknown). A default-stream
+    handle names the current context's stream: unless that context is the device's, the
+    Target carries the device's primary context (module docstring)."""
+    ctx = 0
+    if handle in DEFAULT_STREAMS and isinstance(ordinal, int) and ordinal >= 0:
+        from . import driver as _driver
+
+        drv = _driver.get()
+        if drv.current_device() != ordinal:
+            ctx = drv.primary_ctx(ordinal)
+    return Target("stream", handle, keep, ctx)
+
+
 def _torch_stream(obj: object) -> Target:
-    return Target("stream", handle_int(obj.cuda_stream, "torch cuda_stream"), obj)  # type: ignore[attr-defined]
+    handle = handle_int(obj.cuda_stream, "torch cuda_stream")  # type: ignore[attr-defined]
+    return _on_device(handle, obj, getattr(obj, "device_index", None)) if handle in DEFAULT_STREAMS else Target(
+        "stream", handle, obj
+    )
 
 
 def _torch_event(obj: object) -> Target:
@@ -127,7 +156,10 @@ def _torch_event(obj: object) -> Target:
 
 
 def _ptr_stream(obj: object) -> Target:
-    return Target("stream", handle_int(obj.ptr, "cupy ptr"), obj)  # type: ignore[attr-defined]
+    handle = handle_int(obj.ptr, "cupy ptr")  # type: ignore[attr-defined]
+    return _on_device(handle, obj, getattr(obj, "device_id", None)) if handle in DEFAULT_STREAMS else Target(
+        "stream", handle, obj
+    )
 
 
 def _ptr_event(obj: object) -> Target:
@@ -149,7 +181,8 @@ def _torch_tensor(obj: object) -> Target:
     import torch
 
     stream = torch.cuda.current_stream(obj.device)  # type: ignore[attr-defined]
-    return Target("stream", handle_int(stream.cuda_stream, "torch cuda_stream"), (obj, stream))
+    handle = handle_int(stream.cuda_stream, "torch cuda_stream")
+    return _on_device(handle, (obj, stream), getattr(obj.device, "index", None))  # type: ignore[attr-defined]
 
 
 def _cupy_array(obj: object) -> Target:
@@ -158,7 +191,7 @@ def _cupy_array(obj: object) -> Target:
 
     with obj.device:  # type: ignore[attr-defined]
         stream = cupy.cuda.get_current_stream()
-    return Target("stream", handle_int(stream.ptr, "cupy ptr"), (obj, stream))
+    return _on_device(handle_int(stream.ptr, "cupy ptr"), (obj, stream), getattr(obj.device, "id", None))
 
 
 def _cudafd_event(obj: object) -> Target:

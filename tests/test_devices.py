@@ -1,0 +1,242 @@
+"""Streams of two devices in one process: the simulator's two devices, and two
+GPUs where the machine has them (CUDAFD_TEST_DRIVER=real; skipped with fewer).
+
+One Notifier serves streams of both devices, each wait making its stream's
+context current itself whatever context the caller has current (and leaving
+the caller's as it was); a fault on one device reaches that device's waiters
+only; a framework's default stream of device 1 is device 1's, not the current
+context's."""
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+import cudafd
+from cudafd._core import driver as _driver, kernels as _kernels
+from support import REAL, Device, child_env, release_idle, run
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _devices() -> int:
+    return _driver.get().device_count()
+
+
+two = pytest.mark.skipif(REAL and _devices() < 2, reason="needs two CUDA devices (this machine has fewer)")
+
+
+def _current() -> int:
+    return _driver.get().current_ctx()
+
+
+def _mark(s) -> int:
+    """An event recorded on test stream ``s`` now: done once the work enqueued so far is."""
+    drv = _driver.get()
+    ev = ctypes.c_void_p()
+    with drv.current(s.device.ctx):
+        _driver.check(drv.cuEventCreate(ctypes.byref(ev), _driver.CU_EVENT_DISABLE_TIMING))
+        _driver.check(drv.cuEventRecord(ev.value, s.handle))
+    return ev.value
+
+
+@two
+def test_one_notifier_over_two_devices(flavor, mechanism):
+    """Four streams on each device, waited on in rounds through one Notifier with device
+    1's context current: every wait returns after its work, in order per stream, and the
+    caller's context is still current after each."""
+    devices = [Device(0), Device(1)]
+    drv = _driver.get()
+    marks: list[int] = []
+    try:
+        streams = [d.stream() for d in devices for _ in range(4)]
+        prep = cudafd.Notifier(mechanism)
+        for d in devices:  # side streams before the kernels (support.run does it for one device)
+            prep.prepare(d.streams[0])
+        prep.close()
+        rng = random.Random(5)
+        rounds = 6 if flavor != "blocking" else 2
+        mine = devices[1].ctx
+
+        async def body(api):
+            order: dict[int, list[int]] = {i: [] for i in range(len(streams))}
+
+            async def one(i: int, k: int) -> None:
+                await api.wait(streams[i])
+                # (not the stream's idleness: the later waits' watches record on it)
+                assert drv.cuEventQuery(marks[i]) == 0, f"stream {i} (device {i // 4}): a wait returned before its work"
+                assert _current() == mine, "a wait left another context current"
+                order[i].append(k)
+
+            waits = []
+            for k in range(rounds):
+                for i, s in enumerate(streams):
+                    s.launch(rng.choice((0.0, 0.0002, 0.001, 0.004)))
+                    waits.append(one(i, k))
+            marks.extend(_mark(s) for s in streams)  # after each stream's last kernel: every wait covers it
+            await api.gather(*waits)
+            return order
+
+        with drv.current(mine):
+            order = run(flavor, mechanism, body, prepare=False)
+        for i, seen in order.items():
+            assert seen == list(range(rounds)), f"stream {i}: completions out of order: {seen}"
+    finally:
+        for ev in marks:
+            drv.cuEventDestroy(ev)
+        for d in devices:
+            d.close()
+
+
+# What a torch.cuda.Stream and a CuPy stream of device 1's default stream show cudafd
+# (the class name and module are what it recognises them by).
+_TorchStream = type("Stream", (), {"__module__": "torch.cuda.streams", "cuda_stream": 0, "device_index": 1})
+_CupyStream = type("Stream", (), {"__module__": "cupy.cuda.stream", "ptr": 0, "device_id": 1})
+
+
+@two
+@pytest.mark.parametrize("framework", [_TorchStream, _CupyStream], ids=["torch", "cupy"])
+def test_a_default_stream_is_its_devices(loop_flavor, framework):
+    """A framework's default stream (handle 0) of device 1, awaited with device 0's
+    context current, is device 1's: the wait returns only once device 1's default
+    stream is idle, and device 0's context is current again after it."""
+    drv = _driver.get()
+    drv.init()
+    ctxs = []
+    for ordinal in (0, 1):  # as a framework does: it holds each device's primary context
+        c = ctypes.c_void_p()
+        _driver.check(drv.cuDevicePrimaryCtxRetain(ctypes.byref(c), ordinal))
+        ctxs.append(c.value)
+
+    def idle(ctx: int) -> bool:
+        with drv.pushed(ctx):
+            return drv.cuStreamQuery(0) == 0
+
+    try:
+        async def body(api):
+            for _ in range(3):
+                with drv.pushed(ctxs[1]):
+                    _kernels.launch_spin(0, 0.05)
+                await api.wait(framework())
+                assert idle(ctxs[1]), "the wait returned before device 1's default stream was idle"
+                assert _current() == ctxs[0], "the wait left another context current"
+
+        with drv.current(ctxs[0]):
+            assert drv.current_device() == 0
+            run(loop_flavor, "event", body, prepare=False)
+    finally:
+        for c in ctxs:
+            with drv.pushed(c):
+                drv.cuCtxSynchronize()
+        release_idle()
+        for ordinal, c in enumerate(ctxs):
+            _kernels.forget(c)
+            drv.cuDevicePrimaryCtxRelease(ordinal)
+
+
+def _fault_on_device_1(flavor: str, mechanism: str) -> dict:
+    code = ("import json, sys; from fault_scenario import two_devices; "
+            "print(json.dumps(two_devices(sys.argv[1], sys.argv[2])))")
+    if not REAL:
+        from fault_scenario import two_devices
+
+        return two_devices(flavor, mechanism)
+    out = subprocess.run([sys.executable, "-c", code, flavor, mechanism], capture_output=True, text=True,
+                         timeout=60, cwd=HERE, env=child_env())
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@two
+def test_a_fault_on_one_device_spares_the_other(flavor, mechanism):
+    """Device 1 faults under waits of both devices on one Notifier: every waiter of
+    device 1 raises CudaError, every waiter of device 0 returns after its work, and
+    device 0 runs and reports new work afterwards."""
+    r = _fault_on_device_1(flavor, mechanism)
+    assert set(r["bad"]) == {"CUDA_ERROR_ILLEGAL_ADDRESS"}, r
+    assert set(r["good"]) == {"ok"}, r
+    assert r["good_idle"], "a device-0 wait returned before its work was done"
+    assert r["after"] == "ok", r
+    assert r["elapsed"] < 1.5, f"the fault took {r['elapsed']:.2f} s to reach device 1's waiters"
+
+
+@pytest.mark.gpu
+@two
+def test_torch_streams_events_and_tensors_of_device_1():
+    """torch.cuda.Stream(device=1), an event recorded there, a tensor of device 1 and
+    device 1's default stream, awaited while device 0 is torch's current device."""
+    torch = pytest.importorskip("torch")
+    torch.cuda.set_device(0)
+    s = torch.cuda.Stream(device=1)
+    a = torch.randn(2048, 2048, device="cuda:1")
+    cycles = 50_000_000  # ~25 ms at H200 clocks: the work is still running when each wait starts
+
+    async def main():
+        with torch.cuda.stream(s):
+            torch.cuda._sleep(cycles)
+            b = a @ a
+            ev = torch.cuda.Event()
+            ev.record(s)
+            torch.cuda._sleep(cycles)
+        assert torch.cuda.current_device() == 0
+        await cudafd.wait(ev)
+        assert ev.query(), "the event's wait returned before the event"
+        await cudafd.wait(s)
+        assert s.query(), "the stream's wait returned before its work"
+        with torch.cuda.device(1):
+            torch.cuda._sleep(cycles)  # device 1's default stream
+        c = b @ a  # there too: b is on device 1
+        await cudafd.wait(c)
+        assert torch.cuda.current_stream(1).query(), "the tensor's wait returned before device 1's stream"
+        with torch.cuda.device(1):
+            torch.cuda._sleep(cycles)
+        await cudafd.wait(torch.cuda.default_stream(1))
+        assert torch.cuda.default_stream(1).query(), "device 1's default stream was not waited for"
+        assert torch.cuda.current_device() == 0
+        return c
+
+    c = asyncio.run(main())
+    assert torch.isfinite(c).all()
+
+
+@pytest.mark.gpu
+@two
+def test_cupy_streams_events_and_arrays_of_device_1():
+    """A CuPy stream of device 1, an event recorded there, and an array of device 1 (its
+    current stream: the null stream), awaited while device 0 is CuPy's current device."""
+    cp = pytest.importorskip("cupy")
+    cp.cuda.Device(0).use()
+    with cp.cuda.Device(1):
+        s = cp.cuda.Stream(non_blocking=True)
+        a = cp.random.rand(4096, 4096, dtype=cp.float32) / 4096
+
+    def work(x):  # a few milliseconds of device 1's time
+        for _ in range(20):
+            x = x @ a
+        return x
+
+    async def main():
+        with cp.cuda.Device(1):
+            with s:
+                b = work(a)
+                ev = s.record()
+                work(b)
+            d = work(a)  # on device 1's null stream
+        assert cp.cuda.Device().id == 0
+        await cudafd.wait(ev)
+        assert ev.done, "the event's wait returned before the event"
+        await cudafd.wait(s)
+        assert s.done, "the stream's wait returned before its work"
+        await cudafd.wait(d)
+        with cp.cuda.Device(1):
+            assert cp.cuda.Stream.null.done, "the array's wait returned before device 1's null stream"
+        return d
+
+    d = asyncio.run(main())
+    assert bool(cp.isfinite(d).all())
