@@ -16,7 +16,12 @@ round:
   reader on the Notifier's fd, no lanes);
 - ``steps``: ``cudafd.wait``'s steps (``policy.WaitPolicy.steps``) on a
   third spin Notifier, driven by a loop that turns each into
-  ``asyncio.sleep(0)``, without the asyncio adapter's Dispatcher.
+  ``asyncio.sleep(0)``, without the asyncio adapter's Dispatcher;
+- ``pre``: ``ask`` after what the steps do before their watch (a stream
+  query, ``asyncio.sleep(0)``, a stream query);
+- ``gen``: ``ask`` through the steps' asking generator
+  (``policy._ask_until_over`` and its line of asking waits), each of its
+  yields an ``asyncio.sleep(0)``.
 
 Per way and length: p50/p99 of (resumed - launch returned) minus the
 floor's p50, the kernel's p50 length on the GPU (timing events before and
@@ -38,10 +43,12 @@ import time
 
 import cudafd
 from cudafd._bench import torchk
-from cudafd._core.policy import WaitPolicy
+from collections import deque
+
+from cudafd._core.policy import WaitPolicy, _ask_until_over
 from cudafd._core.targets import resolve
 
-WAYS = ("floor", "sleep0", "spin", "steps", "ask")
+WAYS = ("floor", "sleep0", "spin", "steps", "ask", "pre", "gen")
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -113,7 +120,25 @@ async def run(a: argparse.Namespace) -> None:
         finally:
             it.close()
 
-    fns = {"floor": floor, "sleep0": sleep0, "spin": spin, "steps": steps, "ask": ask_bare}
+    async def pre(end) -> None:  # type: ignore[no-untyped-def]
+        if bare.adapter_done_now(target):
+            return
+        await asyncio.sleep(0)
+        if bare.adapter_done_now(target):
+            return
+        await ask_bare(end)
+
+    genned = timed(cudafd.Notifier("spin"))
+
+    async def gen(end) -> None:  # type: ignore[no-untyped-def]
+        it = _ask_until_over(genned, genned.adapter_watch(target), deque())
+        try:
+            for _ in it:
+                await asyncio.sleep(0)
+        finally:
+            it.close()
+
+    fns = {"floor": floor, "sleep0": sleep0, "spin": spin, "steps": steps, "ask": ask_bare, "pre": pre, "gen": gen}
     lengths = [(n, float(n[:-2]) * (1e-3 if n.endswith("ms") else 1e-6)) for n in a.lengths.split(",")]
     rows: dict[tuple[str, str], dict[str, list[float]]] = {}
     for r in range(a.rounds):
@@ -146,7 +171,7 @@ async def run(a: argparse.Namespace) -> None:
                         if len(asks) > 1:
                             row["pass"].append((asks[-1][0] - asks[0][0]) / (len(asks) - 1) / 1e3)
                             row["last"].append((asks[-1][0] - asks[-2][0]) / 1e3)
-    for n in (notifier, stepped, bare):
+    for n in (notifier, stepped, bare, genned):
         n.close()
     print(f"{a.loop}: one stream, {a.rounds} rounds x {a.samples} samples; µs; lateness minus the floor's p50")
     print(f"{'length':>6} {'way':>7} {'p50':>7} {'p99':>8} {'kernel':>7} {'begin':>7} {'after':>7} {'asks':>7} {'pass':>6} {'ask':>6} {'last gap':>8}")

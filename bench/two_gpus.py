@@ -34,6 +34,7 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 import time
 
 import cudafd
@@ -150,23 +151,25 @@ def summary(rows: dict) -> list[str]:
 
 
 def procs(a: argparse.Namespace) -> None:
-    base = [sys.executable, os.path.abspath(__file__), "--alone", "--json", "--loop", a.loop,
+    base = [sys.executable, os.path.abspath(__file__), "--alone", "--loop", a.loop,
             "--streams", str(a.streams), "--window", str(a.window), "--rounds", "1", "--mechanism", a.mechanism]
     rows: dict[str, dict] = {}
-    for r in range(a.rounds):
-        for turn in (("0",), ("1",), ("0", "1")):
-            children = {g: subprocess.Popen(base, stdout=subprocess.PIPE, text=True,
-                                            env=dict(os.environ, CUDA_VISIBLE_DEVICES=g)) for g in turn}
-            for g, p in children.items():
-                out, _ = p.communicate(timeout=120)
-                if p.returncode:
-                    raise SystemExit(f"child for GPU {g} failed: rc {p.returncode}")
-                res = json.loads(out.strip().splitlines()[-1])["rows"]["dev0"]
-                name = f"gpu{g} {'alone' if len(turn) == 1 else 'at once'}"
-                row = rows.setdefault(name, {"lat": {}, "cores": [], "threads": 0})
-                row["lat"].setdefault(int(g), []).extend(res["lat"]["0"])
-                row["cores"] += res["cores"]
-                row["threads"] = max(row["threads"], res["threads"])
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(a.rounds):
+            for turn in (("0",), ("1",), ("0", "1")):
+                out = {g: os.path.join(tmp, f"{r}-{len(turn)}-{g}.json") for g in turn}
+                children = {g: subprocess.Popen(base + ["--json", out[g]], env=dict(os.environ, CUDA_VISIBLE_DEVICES=g))
+                            for g in turn}
+                for g, p in children.items():
+                    if p.wait(timeout=120):
+                        raise SystemExit(f"child for GPU {g} failed: rc {p.returncode}")
+                    with open(out[g]) as f:
+                        res = json.load(f)["rows"]["dev0"]
+                    name = f"gpu{g} {'alone' if len(turn) == 1 else 'at once'}"
+                    row = rows.setdefault(name, {"lat": {}, "cores": [], "threads": 0})
+                    row["lat"].setdefault(int(g), []).extend(res["lat"]["0"])
+                    row["cores"] += res["cores"]
+                    row["threads"] = max(row["threads"], res["threads"])
     print(f"{a.loop}, a process per GPU, {a.streams} streams each, {a.rounds} rounds x {a.window} s; "
           "lateness p50/p99, the child's cores, its native threads")
     print("\n".join(summary(rows)))
@@ -181,7 +184,7 @@ def main() -> None:
     ap.add_argument("--mechanism", default="event")
     ap.add_argument("--procs", action="store_true", help="a process per GPU (module docstring)")
     ap.add_argument("--alone", action="store_true", help=argparse.SUPPRESS)  # a --procs child: device 0 only
-    ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--json", default=None, help=argparse.SUPPRESS)  # a --procs child: its result goes here
     a = ap.parse_args()
     if a.procs:
         procs(a)
@@ -192,8 +195,9 @@ def main() -> None:
         res = uvloop.run(one_process(a))
     else:
         res = asyncio.run(one_process(a))
-    if a.json:
-        print(json.dumps(res))
+    if a.json:  # (a file: uvloop may leave stdout non-blocking, and a long line then loses its tail)
+        with open(a.json, "w") as f:
+            json.dump(res, f)
         return
     print(f"{a.loop}, {a.mechanism}, {a.streams} streams per device, {a.rounds} rounds x {a.window} s, "
           f"{res['devices']} GPUs {res['names']}; lateness p50/p99, process cores, native threads")

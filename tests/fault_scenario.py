@@ -13,6 +13,7 @@ import sys
 import time
 
 import cudafd
+from cudafd._core import driver as _driver
 from support import REAL, Device, run
 
 
@@ -83,13 +84,19 @@ def two_devices(flavor: str, mechanism: str, streams: int = 3, per_stream: int =
             t0 = time.monotonic()
             names = await api.gather(*waits)
             elapsed = time.monotonic() - t0
-            good_idle = all(s.idle() for s in gs)
-            gs[0].launch(0.01)
-            after = await guarded(api, gs[0])
+            drv = _driver.get()
+            with drv.current(good.ctx):
+                good_queries = [drv.cuStreamQuery(s.handle) for s in gs]
+            try:
+                with drv.current(good.ctx):
+                    gs[0].launch(0.01)
+                after = await guarded(api, gs[0])
+            except cudafd.CudaError as e:
+                after = f"launch: {e.name}"
             sticky = await guarded(api, faulting)
             n = len(gs) * per_stream
             return {"good": names[:n], "bad": names[n:] + [sticky], "elapsed": elapsed,
-                    "good_idle": good_idle, "after": after}
+                    "good_queries": good_queries, "after": after}
 
         return run(flavor, mechanism, body, prepare=False)
     finally:

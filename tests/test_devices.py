@@ -15,6 +15,7 @@ import os
 import random
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -94,25 +95,40 @@ def test_one_notifier_over_two_devices(flavor, mechanism):
             d.close()
 
 
-# What a torch.cuda.Stream and a CuPy stream of device 1's default stream show cudafd
-# (the class name and module are what it recognises them by).
-_TorchStream = type("Stream", (), {"__module__": "torch.cuda.streams", "cuda_stream": 0, "device_index": 1})
+# What a torch.cuda.Stream, a CuPy stream and a torch.cuda.Event of device 1 show
+# cudafd (the class name and module are what it recognises them by).
+_DEVICE_1 = types.SimpleNamespace(type="cuda", index=1)
+_TorchStream = type("Stream", (), {"__module__": "torch.cuda.streams", "cuda_stream": 0, "device": _DEVICE_1})
 _CupyStream = type("Stream", (), {"__module__": "cupy.cuda.stream", "ptr": 0, "device_id": 1})
+_TorchEvent = type("Event", (), {"__module__": "torch.cuda.streams", "cuda_event": 0, "device": _DEVICE_1})
 
 
 @two
-@pytest.mark.parametrize("framework", [_TorchStream, _CupyStream], ids=["torch", "cupy"])
-def test_a_default_stream_is_its_devices(loop_flavor, framework):
-    """A framework's default stream (handle 0) of device 1, awaited with device 0's
-    context current, is device 1's: the wait returns only once device 1's default
-    stream is idle, and device 0's context is current again after it."""
+@pytest.mark.parametrize("framework", ["torch", "cupy", "torch-event"])
+def test_device_1s_default_stream_and_events(loop_flavor, framework):
+    """A framework's default stream (handle 0) of device 1, or its event recorded there,
+    awaited with device 0's context current, is device 1's: the wait returns only once
+    device 1's default stream is idle, and device 0's context is current again after it."""
     drv = _driver.get()
     drv.init()
-    ctxs = []
+    ctxs, events = [], []
     for ordinal in (0, 1):  # as a framework does: it holds each device's primary context
         c = ctypes.c_void_p()
         _driver.check(drv.cuDevicePrimaryCtxRetain(ctypes.byref(c), ordinal))
         ctxs.append(c.value)
+
+    def target():
+        if framework == "torch":
+            return _TorchStream()
+        if framework == "cupy":
+            return _CupyStream()
+        ev, e = ctypes.c_void_p(), _TorchEvent()
+        with drv.pushed(ctxs[1]):
+            _driver.check(drv.cuEventCreate(ctypes.byref(ev), _driver.CU_EVENT_DISABLE_TIMING))
+            _driver.check(drv.cuEventRecord(ev.value, 0))
+        events.append(ev.value)
+        e.cuda_event = ev.value
+        return e
 
     def idle(ctx: int) -> bool:
         with drv.pushed(ctx):
@@ -123,7 +139,7 @@ def test_a_default_stream_is_its_devices(loop_flavor, framework):
             for _ in range(3):
                 with drv.pushed(ctxs[1]):
                     _kernels.launch_spin(0, 0.05)
-                await api.wait(framework())
+                await api.wait(target())
                 assert idle(ctxs[1]), "the wait returned before device 1's default stream was idle"
                 assert _current() == ctxs[0], "the wait left another context current"
 
@@ -134,6 +150,8 @@ def test_a_default_stream_is_its_devices(loop_flavor, framework):
         for c in ctxs:
             with drv.pushed(c):
                 drv.cuCtxSynchronize()
+        for ev in events:
+            drv.cuEventDestroy(ev)
         release_idle()
         for ordinal, c in enumerate(ctxs):
             _kernels.forget(c)
@@ -161,7 +179,7 @@ def test_a_fault_on_one_device_spares_the_other(flavor, mechanism):
     r = _fault_on_device_1(flavor, mechanism)
     assert set(r["bad"]) == {"CUDA_ERROR_ILLEGAL_ADDRESS"}, r
     assert set(r["good"]) == {"ok"}, r
-    assert r["good_idle"], "a device-0 wait returned before its work was done"
+    assert r["good_queries"] == [0] * len(r["good_queries"]), r
     assert r["after"] == "ok", r
     assert r["elapsed"] < 1.5, f"the fault took {r['elapsed']:.2f} s to reach device 1's waiters"
 

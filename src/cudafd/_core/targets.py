@@ -22,13 +22,16 @@ recorded event, meaning "its latest record". Recognised:
   record which stream produced an array). Work enqueued on other streams is
   not covered: wait on that stream, or on an event recorded after the work.
 
-Default streams of another device. A framework's default stream has the
-handle 0 (or CU_STREAM_LEGACY, CU_STREAM_PER_THREAD), which the driver takes
-as the default stream of the *current* context. For a torch or CuPy stream,
-tensor or array of a device other than the current context's, the Target
-therefore carries that device's primary context (the frameworks' own), which
-the Notifier makes current around the calls that name the handle; every
-other stream carries its context itself (cuStreamGetCtx).
+Another device's default stream and events. A framework's default stream
+has the handle 0 (or CU_STREAM_LEGACY, CU_STREAM_PER_THREAD), which the
+driver takes as the default stream of the *current* context. For a torch or
+CuPy stream, tensor or array of a device other than the current context's,
+the Target therefore carries that device's primary context (the frameworks'
+own), which the Notifier makes current around the calls that name the
+handle; every other stream carries its context itself (cuStreamGetCtx). An
+event's context cannot be asked of the driver, and the core makes the
+current one wait for it; a torch event knows its device, so its Target
+carries that device's context too, and its wait stays on its device.
 
 Dispatch is on the module names along the object's type's MRO, cached per
 type, so no framework is ever imported here and subclasses work.
@@ -129,37 +132,44 @@ def _int_handle(obj: object) -> Target:
 DEFAULT_STREAMS = (0, 1, 2)  # the legacy default stream (0, CU_STREAM_LEGACY) and CU_STREAM_PER_THREAD
 
 
-def _on_device(handle: int, keep: object, ordinal: object) -> Target:
-    """A stream of device ``ordinal`` (a framework's index; None: unknown). A default-stream
-    handle names the current context's stream: unless that context is the device's, the
-    Target carries the device's primary context (module docstring)."""
-    ctx = 0
-    if handle in DEFAULT_STREAMS and isinstance(ordinal, int) and ordinal >= 0:
-        from . import driver as _driver
+def _device_ctx(ordinal: object) -> int:
+    """Device ``ordinal``'s primary context (a framework's device index; None: unknown), or 0
+    where that is the current context's device or unknown (module docstring)."""
+    if not isinstance(ordinal, int) or ordinal < 0:
+        return 0
+    from . import driver as _driver
 
-        drv = _driver.get()
-        if drv.current_device() != ordinal:
-            ctx = drv.primary_ctx(ordinal)
-    return Target("stream", handle, keep, ctx)
+    drv = _driver.get()
+    return 0 if drv.current_device() == ordinal else drv.primary_ctx(ordinal)
+
+
+def _on_device(handle: int, keep: object, ordinal: object) -> Target:
+    """A stream of device ``ordinal``: a default-stream handle names the current context's
+    stream, so unless that is the device's, the Target carries the device's primary context."""
+    return Target("stream", handle, keep, _device_ctx(ordinal) if handle in DEFAULT_STREAMS else 0)
 
 
 def _torch_stream(obj: object) -> Target:
     handle = handle_int(obj.cuda_stream, "torch cuda_stream")  # type: ignore[attr-defined]
-    return _on_device(handle, obj, getattr(obj, "device_index", None)) if handle in DEFAULT_STREAMS else Target(
-        "stream", handle, obj
-    )
+    if handle not in DEFAULT_STREAMS:
+        return Target("stream", handle, obj)
+    device = getattr(obj, "device", None)  # a torch.device
+    return _on_device(handle, obj, getattr(device, "index", getattr(obj, "device_index", None)))
 
 
 def _torch_event(obj: object) -> Target:
+    """A torch event: the waiters make its device's context current (not the caller's)."""
     handle = handle_int(obj.cuda_event, "torch cuda_event")  # type: ignore[attr-defined]
-    return Target("event", handle, obj) if handle else Target("done", 0, obj)
+    if not handle:
+        return Target("done", 0, obj)
+    return Target("event", handle, obj, _device_ctx(getattr(getattr(obj, "device", None), "index", None)))
 
 
 def _ptr_stream(obj: object) -> Target:
     handle = handle_int(obj.ptr, "cupy ptr")  # type: ignore[attr-defined]
-    return _on_device(handle, obj, getattr(obj, "device_id", None)) if handle in DEFAULT_STREAMS else Target(
-        "stream", handle, obj
-    )
+    if handle not in DEFAULT_STREAMS:
+        return Target("stream", handle, obj)
+    return _on_device(handle, obj, getattr(obj, "device_id", getattr(getattr(obj, "device", None), "id", None)))
 
 
 def _ptr_event(obj: object) -> Target:
