@@ -58,11 +58,11 @@ def scenario(flavor: str, mechanism: str, streams: int = 4, per_stream: int = 4)
 
 
 def two_devices(flavor: str, mechanism: str, streams: int = 3, per_stream: int = 3) -> dict:
-    """One Notifier over `streams` streams of device 0, each with a 0.3 s
-    kernel, and `streams` of device 1, each with a 3 s kernel, `per_stream`
-    waits on each, and one more stream of device 1 whose kernel faults after
-    10 ms (few streams per device, as in scenario()). Then, after the fault,
-    a new kernel on device 0 awaited, and the faulted stream awaited again."""
+    """One Notifier over `streams` streams of each of devices 0 and 1, each
+    with a 3 s kernel and `per_stream` waits, and one more stream of device 1
+    whose kernel faults after 10 ms (few streams per device, as in
+    scenario()). Then device 0's streams are queried, a new kernel is
+    launched there and awaited, and the faulted stream is awaited again."""
     good, bad = Device(0), Device(1)
     try:
         gs = [good.stream() for _ in range(streams)]
@@ -73,12 +73,9 @@ def two_devices(flavor: str, mechanism: str, streams: int = 3, per_stream: int =
             if api.notifier is not None:
                 for d in (good, bad):
                     api.notifier.prepare(d.streams[0])
-            for s in gs:
-                s.launch(0.3)
-            for s in bs:
+            for s in gs + bs:
                 s.launch(3.0)  # only the fault can end these early
-            waits = [guarded(api, s) for _ in range(per_stream) for s in gs]
-            waits += [guarded(api, s) for _ in range(per_stream) for s in bs]
+            waits = [guarded(api, s) for _ in range(per_stream) for s in gs + bs]
             faulting.launch(0.01, fault=True)
             waits.append(guarded(api, faulting))
             t0 = time.monotonic()
@@ -103,6 +100,30 @@ def two_devices(flavor: str, mechanism: str, streams: int = 3, per_stream: int =
         if not REAL:
             good.close()
             bad.close()
+
+
+def lone(flavor: str, mechanism: str, fault: bool, streams: int = 3) -> dict:
+    """A process of its own (a GPU of its own, CUDA_VISIBLE_DEVICES): `streams`
+    streams each with a 2 s kernel and a wait, and, with ``fault``, one more
+    stream whose kernel faults after 10 ms."""
+    dev = Device(0)
+    try:
+        ss = [dev.stream() for _ in range(streams)]
+
+        async def body(api):
+            for s in ss:
+                s.launch(2.0)
+            waits = [guarded(api, s) for s in ss]
+            if fault:
+                faulting = dev.stream()
+                faulting.launch(0.01, fault=True)
+                waits.append(guarded(api, faulting))
+            return {"names": await api.gather(*waits), "idle": [s.idle() for s in ss]}
+
+        return run(flavor, mechanism, body)
+    finally:
+        if not REAL:
+            dev.close()
 
 
 if __name__ == "__main__":

@@ -3,9 +3,10 @@ GPUs where the machine has them (CUDAFD_TEST_DRIVER=real; skipped with fewer).
 
 One Notifier serves streams of both devices, each wait making its stream's
 context current itself whatever context the caller has current (and leaving
-the caller's as it was); a fault on one device reaches that device's waiters
-only; a framework's default stream of device 1 is device 1's, not the current
-context's."""
+the caller's as it was); a framework's default stream or event of device 1
+is device 1's, not the current context's; a fault on one device ends every
+wait of the process, as the driver of two H200s reports it on both, while a
+process per GPU keeps it to its own."""
 from __future__ import annotations
 
 import asyncio
@@ -158,30 +159,55 @@ def test_device_1s_default_stream_and_events(loop_flavor, framework):
             drv.cuDevicePrimaryCtxRelease(ordinal)
 
 
-def _fault_on_device_1(flavor: str, mechanism: str) -> dict:
-    code = ("import json, sys; from fault_scenario import two_devices; "
-            "print(json.dumps(two_devices(sys.argv[1], sys.argv[2])))")
-    if not REAL:
-        from fault_scenario import two_devices
-
-        return two_devices(flavor, mechanism)
-    out = subprocess.run([sys.executable, "-c", code, flavor, mechanism], capture_output=True, text=True,
-                         timeout=60, cwd=HERE, env=child_env())
+def _child(code: str, *args: str, **env: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                         timeout=60, cwd=HERE, env=child_env(**env))
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @two
-def test_a_fault_on_one_device_spares_the_other(flavor, mechanism):
-    """Device 1 faults under waits of both devices on one Notifier: every waiter of
-    device 1 raises CudaError, every waiter of device 0 returns after its work, and
-    device 0 runs and reports new work afterwards."""
-    r = _fault_on_device_1(flavor, mechanism)
+def test_a_fault_on_one_device_ends_every_wait_of_the_process(flavor, mechanism):
+    """Device 1 faults under waits of both devices on one Notifier. On an H200 pair the
+    driver then reports the fault on device 0's context too (its stream queries and a
+    new launch there fail with it), and the simulator does the same: every waiter of
+    both devices raises CudaError, promptly, none hangs, and none is told its work is
+    done."""
+    if REAL:
+        r = _child("import json, sys; from fault_scenario import two_devices; "
+                   "print(json.dumps(two_devices(sys.argv[1], sys.argv[2])))", flavor, mechanism)
+    else:
+        from fault_scenario import two_devices
+
+        r = two_devices(flavor, mechanism)
     assert set(r["bad"]) == {"CUDA_ERROR_ILLEGAL_ADDRESS"}, r
-    assert set(r["good"]) == {"ok"}, r
-    assert r["good_queries"] == [0] * len(r["good_queries"]), r
-    assert r["after"] == "ok", r
-    assert r["elapsed"] < 1.5, f"the fault took {r['elapsed']:.2f} s to reach device 1's waiters"
+    assert set(r["good"]) == {"CUDA_ERROR_ILLEGAL_ADDRESS"}, r
+    assert r["good_queries"] == [700] * len(r["good_queries"]), f"the driver did not report it on device 0: {r}"
+    assert r["after"] == "launch: CUDA_ERROR_ILLEGAL_ADDRESS", r
+    assert r["elapsed"] < 1.5, f"the fault took {r['elapsed']:.2f} s to reach every waiter"
+
+
+@two
+@pytest.mark.parametrize("flavor", ["asyncio", "blocking"])
+def test_a_process_per_gpu_keeps_a_fault_to_itself(flavor, mechanism):
+    """Two processes, one per GPU (CUDA_VISIBLE_DEVICES), awaiting at once: the one
+    whose kernel faults raises CudaError in every waiter; the other's waits all
+    return after their work."""
+    code = ("import json, sys; from fault_scenario import lone; "
+            "print(json.dumps(lone(sys.argv[1], sys.argv[2], sys.argv[3] == 'fault')))")
+    children = []
+    for gpu, what in (("0", "clean"), ("1", "fault")):
+        e = child_env(**({"CUDA_VISIBLE_DEVICES": gpu} if REAL else {"CUDAFD_SIMULATOR": "1"}))
+        children.append(subprocess.Popen([sys.executable, "-c", code, flavor, mechanism, what], cwd=HERE, env=e,
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    results = []
+    for p in children:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    clean, faulted = results
+    assert clean["names"] == ["ok"] * 3 and all(clean["idle"]), clean
+    assert set(faulted["names"]) == {"CUDA_ERROR_ILLEGAL_ADDRESS"}, faulted
 
 
 @pytest.mark.gpu

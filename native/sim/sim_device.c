@@ -14,6 +14,11 @@
  *  - A fault is sticky: set once, never cleared; queued work is dropped at
  *    that moment (records never complete), but host functions already
  *    queued run at once, as on an H200; launches after it are refused.
+ *  - A faulting kernel ends every context of the process, as on two H200s
+ *    of one host, where every call on the other GPU's context reported the
+ *    fault too (docs/guide.md, "Faults"). Here that is every context alive
+ *    at the fault; one made later is healthy (on a GPU it would fail too),
+ *    so that one process can run many fault tests.
  *  - A primary context exists while retained; its last release destroys it.
  */
 #include <stdio.h>
@@ -97,6 +102,10 @@ static CUresult ctx_new_locked(CUdevice dev, bool primary, struct sim_ctx **out)
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     sim.n_ctx++;
+    c->live_next = sim.live;
+    if (sim.live)
+        sim.live->live_prev = c;
+    sim.live = c;
     *out = c;
     return CUDA_SUCCESS;
 }
@@ -106,6 +115,12 @@ static void ctx_destroy_locked(struct sim_ctx *c)
     c->destroyed = true;
     sim_handle_free(c->handle);
     sim.n_ctx--;
+    if (c->live_prev)
+        c->live_prev->live_next = c->live_next;
+    else
+        sim.live = c->live_next;
+    if (c->live_next)
+        c->live_next->live_prev = c->live_prev;
     c->default_stream = NULL;
     c->ptds = NULL;
     while (c->streams)
@@ -118,6 +133,12 @@ static void ctx_destroy_locked(struct sim_ctx *c)
     if (tls_depth && tls_stack[tls_depth - 1] == c->handle)
         tls_depth--;
     sim_ctx_unref_locked(c);
+}
+
+void sim_fault_all_locked(CUresult fault)
+{
+    for (struct sim_ctx *c = sim.live; c; c = c->live_next) /* faulting frees no context */
+        sim_ctx_fault_locked(c, fault);
 }
 
 void sim_ctx_fault_locked(struct sim_ctx *c, CUresult fault)

@@ -174,6 +174,7 @@ struct sim_ctx {
     struct sim_stream *ptds;  /* per-thread default streams, created on first use */
     struct sim_stream *streams;
     struct sim_event *events;
+    struct sim_ctx *live_prev, *live_next; /* sim.live: every context not destroyed */
 };
 
 struct sim_device {
@@ -186,6 +187,7 @@ struct sim_global {
     int ndev;
     uint64_t late_fault_ns; /* $CUDAFD_SIM_LATE_FAULT_MS: see cuEventSynchronize */
     struct sim_device dev[SIM_MAX_DEVICES];
+    struct sim_ctx *live; /* every context not destroyed */
     /* scheduler: the streams with queued work */
     pthread_cond_t sched_cv; /* CLOCK_MONOTONIC */
     bool sched_started;
@@ -231,6 +233,7 @@ CUresult sim_ctx_usable(const struct sim_ctx *c); /* destroyed / fault / success
 /* The current context, if it is usable (else why not). sim.lock held. */
 CUresult sim_ctx_current_usable_locked(struct sim_ctx **c);
 void sim_ctx_fault_locked(struct sim_ctx *c, CUresult fault);
+void sim_fault_all_locked(CUresult fault); /* a faulting kernel: every live context, as on an H200 */
 void sim_ctx_unref_locked(struct sim_ctx *c);
 
 /* ---- sim_stream.c ---- */

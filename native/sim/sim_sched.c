@@ -8,8 +8,8 @@
  *    its condition under the lock: no wake-up is lost.
  *  - The scheduler holds the lock for a whole pass over the active list; the
  *    list changes during a pass only through the scheduler itself (popping a
- *    stream, or a fault dropping a context's streams, after which the pass
- *    restarts). Between passes it sleeps until the nearest kernel end
+ *    stream, or a fault dropping every context's streams, after which the
+ *    pass restarts). Between passes it sleeps until the nearest kernel end
  *    (CLOCK_MONOTONIC, timer slack 1 ns) or a signal: a stream turning
  *    active, a host function returning, a context going away.
  *  - Host functions run on the callback thread, outside the lock, one at a
@@ -56,7 +56,7 @@ static enum advance advance(struct sim_stream *s, uint64_t now, uint64_t *deadli
             }
             sim.n_kernels++;
             if (op->kernel.fault) {
-                sim_ctx_fault_locked(s->ctx, op->kernel.fault); /* drops this queue too */
+                sim_fault_all_locked(op->kernel.fault); /* every context: drops this queue too */
                 return ADV_RESTART;
             }
             ready = op->kernel.end_ns;

@@ -119,7 +119,7 @@ def _cuda_stream_protocol(obj: object) -> Target:
         _version, handle = proto
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{type(obj).__qualname__}.__cuda_stream__ must give (version, handle), got {proto!r}") from exc
-    return Target("stream", handle_int(handle, "__cuda_stream__ handle"), obj)
+    return _stream(handle_int(handle, "__cuda_stream__ handle"), obj, obj)
 
 
 def _int_handle(obj: object) -> Target:
@@ -132,10 +132,27 @@ def _int_handle(obj: object) -> Target:
 DEFAULT_STREAMS = (0, 1, 2)  # the legacy default stream (0, CU_STREAM_LEGACY) and CU_STREAM_PER_THREAD
 
 
-def _device_ctx(ordinal: object) -> int:
-    """Device ``ordinal``'s primary context (a framework's device index; None: unknown), or 0
-    where that is the current context's device or unknown (module docstring)."""
-    if not isinstance(ordinal, int) or ordinal < 0:
+def _ordinal(obj: object) -> int | None:
+    """The device index a framework object names: ``device_index`` / ``device_id`` (torch and
+    CuPy streams), or ``device`` with ``index`` (a torch.device), ``device_id`` (cuda.core) or
+    ``id`` (a CuPy Device); None if it names none."""
+    try:
+        device = getattr(obj, "device", None)
+        for owner, names in ((obj, ("device_index", "device_id")), (device, ("index", "device_id", "id"))):
+            for name in names:
+                value = getattr(owner, name, None)
+                if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                    return value
+    except Exception:  # noqa: BLE001 - a property that fails: no device known
+        return None
+    return None
+
+
+def _device_ctx(obj: object) -> int:
+    """The primary context of the device ``obj`` names (module docstring), or 0 where that
+    is the current context's device or no device is named."""
+    ordinal = _ordinal(obj)
+    if ordinal is None:
         return 0
     from . import driver as _driver
 
@@ -143,18 +160,14 @@ def _device_ctx(ordinal: object) -> int:
     return 0 if drv.current_device() == ordinal else drv.primary_ctx(ordinal)
 
 
-def _on_device(handle: int, keep: object, ordinal: object) -> Target:
-    """A stream of device ``ordinal``: a default-stream handle names the current context's
-    stream, so unless that is the device's, the Target carries the device's primary context."""
-    return Target("stream", handle, keep, _device_ctx(ordinal) if handle in DEFAULT_STREAMS else 0)
+def _stream(handle: int, keep: object, named_by: object) -> Target:
+    """A stream target: a default-stream handle names the current context's stream, so it
+    carries the context of the device ``named_by`` names, unless that is the current one."""
+    return Target("stream", handle, keep, _device_ctx(named_by) if handle in DEFAULT_STREAMS else 0)
 
 
 def _torch_stream(obj: object) -> Target:
-    handle = handle_int(obj.cuda_stream, "torch cuda_stream")  # type: ignore[attr-defined]
-    if handle not in DEFAULT_STREAMS:
-        return Target("stream", handle, obj)
-    device = getattr(obj, "device", None)  # a torch.device
-    return _on_device(handle, obj, getattr(device, "index", getattr(obj, "device_index", None)))
+    return _stream(handle_int(obj.cuda_stream, "torch cuda_stream"), obj, obj)  # type: ignore[attr-defined]
 
 
 def _torch_event(obj: object) -> Target:
@@ -162,14 +175,11 @@ def _torch_event(obj: object) -> Target:
     handle = handle_int(obj.cuda_event, "torch cuda_event")  # type: ignore[attr-defined]
     if not handle:
         return Target("done", 0, obj)
-    return Target("event", handle, obj, _device_ctx(getattr(getattr(obj, "device", None), "index", None)))
+    return Target("event", handle, obj, _device_ctx(obj))
 
 
 def _ptr_stream(obj: object) -> Target:
-    handle = handle_int(obj.ptr, "cupy ptr")  # type: ignore[attr-defined]
-    if handle not in DEFAULT_STREAMS:
-        return Target("stream", handle, obj)
-    return _on_device(handle, obj, getattr(obj, "device_id", getattr(getattr(obj, "device", None), "id", None)))
+    return _stream(handle_int(obj.ptr, "cupy ptr"), obj, obj)  # type: ignore[attr-defined]
 
 
 def _ptr_event(obj: object) -> Target:
@@ -191,8 +201,7 @@ def _torch_tensor(obj: object) -> Target:
     import torch
 
     stream = torch.cuda.current_stream(obj.device)  # type: ignore[attr-defined]
-    handle = handle_int(stream.cuda_stream, "torch cuda_stream")
-    return _on_device(handle, (obj, stream), getattr(obj.device, "index", None))  # type: ignore[attr-defined]
+    return _stream(handle_int(stream.cuda_stream, "torch cuda_stream"), (obj, stream), obj)
 
 
 def _cupy_array(obj: object) -> Target:
@@ -201,7 +210,7 @@ def _cupy_array(obj: object) -> Target:
 
     with obj.device:  # type: ignore[attr-defined]
         stream = cupy.cuda.get_current_stream()
-    return _on_device(handle_int(stream.ptr, "cupy ptr"), (obj, stream), getattr(obj.device, "id", None))
+    return _stream(handle_int(stream.ptr, "cupy ptr"), (obj, stream), obj)
 
 
 def _cudafd_event(obj: object) -> Target:
@@ -271,11 +280,11 @@ def _by_module(tp: type) -> Resolver | None:
 def _resolver_for(tp: type) -> Resolver:
     if tp is bool:
         return _rejected(f"cudafd cannot wait on a bool: expected {ACCEPTED}")
-    if hasattr(tp, "__cuda_stream__"):
-        return _cuda_stream_protocol
-    found = _by_module(tp)
+    found = _by_module(tp)  # first: a framework's own resolver knows its streams' devices
     if found is not None:
         return found
+    if hasattr(tp, "__cuda_stream__"):
+        return _cuda_stream_protocol
     if issubclass(tp, int) or hasattr(tp, "__index__"):  # int subclasses, numpy integers
         return _int_handle
     return _not_accepted(tp)
