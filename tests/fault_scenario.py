@@ -109,16 +109,18 @@ def lone(flavor: str, mechanism: str, fault: bool, streams: int = 3) -> dict:
     dev = Device(0)
     try:
         ss = [dev.stream() for _ in range(streams)]
+        faulting = dev.stream()  # before the kernels: a stream made under load may wait for them (guide)
 
         async def body(api):
             for s in ss:
                 s.launch(2.0)
             waits = [guarded(api, s) for s in ss]
             if fault:
-                faulting = dev.stream()
                 faulting.launch(0.01, fault=True)
                 waits.append(guarded(api, faulting))
-            return {"names": await api.gather(*waits), "idle": [s.idle() for s in ss]}
+            t0 = time.monotonic()
+            names = await api.gather(*waits)
+            return {"names": names, "elapsed": time.monotonic() - t0, "idle": [s.idle() for s in ss]}
 
         return run(flavor, mechanism, body)
     finally:

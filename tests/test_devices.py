@@ -208,6 +208,7 @@ def test_a_process_per_gpu_keeps_a_fault_to_itself(flavor, mechanism):
     clean, faulted = results
     assert clean["names"] == ["ok"] * 3 and all(clean["idle"]), clean
     assert set(faulted["names"]) == {"CUDA_ERROR_ILLEGAL_ADDRESS"}, faulted
+    assert faulted["elapsed"] < 1.5, f"the fault took {faulted['elapsed']:.2f} s to reach every waiter"
 
 
 @pytest.mark.gpu

@@ -45,6 +45,9 @@
  *    (default 0), advanced when a stream runs its
  *    cuSignalExternalSemaphoresAsync; the fds are real eventfds.
  *    $CUDAFD_SIM_SYNCFD_FAIL=<step> fails one step of the core's probe.
+ *  - A faulting kernel faults every context alive at the time, as on two
+ *    H200s of one host; $CUDAFD_SIM_FAULT_SCOPE=context faults its own
+ *    context only.
  *  - $CUDAFD_SIM_LATE_FAULT_MS=N: a cuEventSynchronize already blocked when
  *    its context faults returns the fault N ms after the fault instead of at
  *    once, as on an H200 where it waits for its own stream to drain.

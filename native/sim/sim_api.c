@@ -74,6 +74,8 @@ static void init_globals(void)
     env = getenv("CUDAFD_SIM_LATE_FAULT_MS");
     if (env && *env)
         sim.late_fault_ns = (uint64_t)strtoull(env, NULL, 10) * 1000000ull;
+    env = getenv("CUDAFD_SIM_FAULT_SCOPE");
+    sim.fault_one_ctx = env && strcmp(env, "context") == 0;
     init_result = n ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
     if (n)
         atomic_store_explicit(&sim_initialized, 1, memory_order_release);

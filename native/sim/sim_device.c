@@ -19,6 +19,9 @@
  *    fault too (docs/guide.md, "Faults"). Here that is every context alive
  *    at the fault; one made later is healthy (on a GPU it would fail too),
  *    so that one process can run many fault tests.
+ *    $CUDAFD_SIM_FAULT_SCOPE=context keeps a fault to its own context, for
+ *    a test that goes on in other contexts after one faulted (the core's
+ *    stress test).
  *  - A primary context exists while retained; its last release destroys it.
  */
 #include <stdio.h>
@@ -135,10 +138,14 @@ static void ctx_destroy_locked(struct sim_ctx *c)
     sim_ctx_unref_locked(c);
 }
 
-void sim_fault_all_locked(CUresult fault)
+void sim_fault_all_locked(struct sim_ctx *c, CUresult fault)
 {
-    for (struct sim_ctx *c = sim.live; c; c = c->live_next) /* faulting frees no context */
+    if (sim.fault_one_ctx) {
         sim_ctx_fault_locked(c, fault);
+        return;
+    }
+    for (struct sim_ctx *x = sim.live; x; x = x->live_next) /* faulting frees no context */
+        sim_ctx_fault_locked(x, fault);
 }
 
 void sim_ctx_fault_locked(struct sim_ctx *c, CUresult fault)

@@ -186,6 +186,7 @@ struct sim_global {
     pthread_mutex_t lock;
     int ndev;
     uint64_t late_fault_ns; /* $CUDAFD_SIM_LATE_FAULT_MS: see cuEventSynchronize */
+    bool fault_one_ctx;     /* $CUDAFD_SIM_FAULT_SCOPE=context: see sim_fault_all_locked */
     struct sim_device dev[SIM_MAX_DEVICES];
     struct sim_ctx *live; /* every context not destroyed */
     /* scheduler: the streams with queued work */
@@ -233,7 +234,7 @@ CUresult sim_ctx_usable(const struct sim_ctx *c); /* destroyed / fault / success
 /* The current context, if it is usable (else why not). sim.lock held. */
 CUresult sim_ctx_current_usable_locked(struct sim_ctx **c);
 void sim_ctx_fault_locked(struct sim_ctx *c, CUresult fault);
-void sim_fault_all_locked(CUresult fault); /* a faulting kernel: every live context, as on an H200 */
+void sim_fault_all_locked(struct sim_ctx *c, CUresult fault); /* a faulting kernel in c: every live context */
 void sim_ctx_unref_locked(struct sim_ctx *c);
 
 /* ---- sim_stream.c ---- */

@@ -56,7 +56,7 @@ static enum advance advance(struct sim_stream *s, uint64_t now, uint64_t *deadli
             }
             sim.n_kernels++;
             if (op->kernel.fault) {
-                sim_fault_all_locked(op->kernel.fault); /* every context: drops this queue too */
+                sim_fault_all_locked(s->ctx, op->kernel.fault); /* drops this queue too */
                 return ADV_RESTART;
             }
             ready = op->kernel.end_ns;

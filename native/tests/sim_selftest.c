@@ -667,7 +667,7 @@ static void test_hostfn(void)
 
 static void test_fault(void)
 {
-    CUcontext g = push_new_ctx(1); /* a bystander context */
+    CUcontext g = push_new_ctx(1); /* a bystander context, on another device */
     CUstream gs = new_stream();
     CUevent ge = new_event();
     OK(D.cuCtxPopCurrent(NULL));
@@ -723,13 +723,12 @@ static void test_fault(void)
     CUresult fault = 0;
     OK(cudafdsim_ctx_fault(f, &fault));
     CHECK(fault == ILLEGAL);
-    CHECK(stat_of(3) <= 2); /* the fault dropped every queued op of f: only g's remain */
+    CHECK(stat_of(3) == 0); /* the fault dropped every queued op, g's too */
 
-    /* the bystander is unaffected */
-    OK(D.cuEventSynchronize(ge));
+    /* as on two H200s: the fault ends the other device's context too */
+    CHECK_RC(D.cuEventSynchronize(ge), ILLEGAL);
     OK(cudafdsim_ctx_fault(g, &fault));
-    CHECK(fault == CUDA_SUCCESS);
-    CHECK(stat_of(3) == 0);
+    CHECK(fault == ILLEGAL);
 
     sleep_ms(30);
     /* as on an H200: host functions queued before the fault still ran, though
@@ -745,9 +744,15 @@ static void test_fault(void)
     OK(D.cuStreamDestroy(s2));
     CHECK_RC(D.cuEventQuery(e1), CUDA_ERROR_INVALID_HANDLE);
     destroy_ctx(f);
+    OK(D.cuEventDestroy(ge));
+    OK(D.cuStreamDestroy(gs));
+    destroy_ctx(g);
 
-    /* the same through cuLaunchKernel("cudafd_spin", ns, fault=1) */
-    OK(D.cuCtxPushCurrent(g));
+    /* the same through cuLaunchKernel("cudafd_spin", ns, fault=1), in a
+     * context made after the fault: healthy until a kernel of its own faults */
+    g = push_new_ctx(1);
+    gs = new_stream();
+    ge = new_event();
     CUmodule m;
     CUfunction spin;
     OK(D.cuModuleLoadData(&m, "image"));

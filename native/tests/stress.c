@@ -631,6 +631,10 @@ static void check_counts_zero(void)
 
 int main(void)
 {
+    /* Faults here are kept to their own context (the simulator's default is
+     * the H200's: every context of the process), so that one process can go
+     * on to the next case in contexts a and b after each fault. */
+    setenv("CUDAFD_SIM_FAULT_SCOPE", "context", 1);
     load_sim();
     int rc = cudafd_driver_load();
     if (rc != CUDAFD_OK) {

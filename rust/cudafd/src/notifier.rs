@@ -95,7 +95,10 @@ impl Mechanism {
 ///
 /// A fault is sticky for its CUDA context: every pending wait of that
 /// context (on any notifier) ends in [`Error::Gpu`] with the context's
-/// error, and so does every later one. Waits in other contexts go on.
+/// error, and so does every later one. On a real GPU the fault ends every
+/// context of the process, other GPUs' too (two H200s of one host), so
+/// their waits end in the same error; a process per GPU keeps a fault to
+/// its own.
 #[derive(Clone)]
 pub struct Notifier {
     pub(crate) inner: Arc<Inner>,

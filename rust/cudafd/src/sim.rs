@@ -137,7 +137,9 @@ impl Simulator {
     }
 
     /// A new context on simulated device `device` (0 and 1 exist unless
-    /// `$CUDAFD_SIM_DEVICES` says otherwise). Each context faults alone.
+    /// `$CUDAFD_SIM_DEVICES` says otherwise). A faulting kernel faults every
+    /// context alive at the time, as on a GPU; a context made later is healthy
+    /// (`$CUDAFD_SIM_FAULT_SCOPE=context` keeps a fault to its own context).
     pub fn context(&'static self, device: i32) -> Result<Context, Error> {
         let mut raw = ptr::null_mut();
         cu(

@@ -1,5 +1,6 @@
-//! The simulator as a test device: contexts fault alone, a fault's code
-//! reaches the wait, and cudafd leaves no streams or events behind.
+//! The simulator as a test device: a fault ends every context alive, as on
+//! a GPU, a fault's code reaches the wait, and cudafd leaves no streams or
+//! events behind.
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -17,37 +18,45 @@ fn rt() -> tokio::runtime::Runtime {
 }
 
 #[test]
-fn a_fault_stays_in_its_context_and_keeps_its_code() {
+fn a_fault_ends_every_context_and_keeps_its_code() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let sim = sim::load().unwrap();
     assert!(sim.path().ends_with("libcudafd_sim.so"));
     assert_eq!(cudafd::driver_path(), sim.path().to_str().unwrap());
     let before = sim.stats();
     rt().block_on(async {
-        let (bad, good) = (sim.context(0).unwrap(), sim.context(1).unwrap());
-        let (bad_stream, good_stream) = (bad.stream().unwrap(), good.stream().unwrap());
+        let (bad, other) = (sim.context(0).unwrap(), sim.context(1).unwrap());
+        let (bad_stream, other_stream) = (bad.stream().unwrap(), other.stream().unwrap());
         let notifier = Notifier::new(Mechanism::Event).unwrap();
-        good_stream.launch(Duration::from_millis(100)).unwrap();
+        other_stream.launch(Duration::from_secs(5)).unwrap(); // only the fault can end it early
         bad_stream
             .launch_fault(Duration::from_millis(10), CudaError::LAUNCH_FAILED)
             .unwrap();
-        let (b, g) = tokio::join!(
+        let (b, o) = tokio::join!(
             tokio::time::timeout(LIMIT, notifier.wait(bad_stream.as_raw())),
-            tokio::time::timeout(LIMIT, notifier.wait(good_stream.as_raw())),
+            tokio::time::timeout(LIMIT, notifier.wait(other_stream.as_raw())),
         );
-        match b.expect("no hang") {
-            Err(Error::Gpu(e)) => {
-                assert_eq!(e.code(), 719);
-                assert_eq!(e.name(), "CUDA_ERROR_LAUNCH_FAILED");
+        for (what, r) in [("the faulting context", b), ("the other device's", o)] {
+            match r.expect("no hang") {
+                Err(Error::Gpu(e)) => {
+                    assert_eq!(e.code(), 719, "{what}");
+                    assert_eq!(e.name(), "CUDA_ERROR_LAUNCH_FAILED");
+                }
+                other => panic!("{what}: {other:?}"),
             }
-            other => panic!("{other:?}"),
         }
-        g.expect("no hang")
-            .expect("the other context is unaffected");
         assert_eq!(bad.fault().unwrap(), Some(CudaError::LAUNCH_FAILED));
-        assert_eq!(good.fault().unwrap(), None);
+        assert_eq!(other.fault().unwrap(), Some(CudaError::LAUNCH_FAILED));
         assert!(bad_stream.synchronize().is_err());
-        good_stream.synchronize().unwrap();
+        assert!(other_stream.synchronize().is_err());
+        // A context made after the fault is healthy.
+        let fresh = sim.context(1).unwrap();
+        let fresh_stream = fresh.stream().unwrap();
+        fresh_stream.launch(Duration::from_millis(10)).unwrap();
+        tokio::time::timeout(LIMIT, notifier.wait(fresh_stream.as_raw()))
+            .await
+            .expect("no hang")
+            .expect("a context made after the fault");
     });
     if let Err(s) = cudafd::stats::wait_for_zero(Duration::from_secs(10)) {
         panic!("live counts not back to zero: {:?}", s.live());
