@@ -61,26 +61,6 @@ def test_ordering_across_many_streams(dev, flavor, mechanism):
     assert all(s.idle() for s in streams)
 
 
-def test_waits_on_two_devices(flavor, mechanism):
-    """Streams of two contexts (two devices on the simulator) in one loop."""
-    from support import REAL, Device
-
-    devices = [Device(0), Device(0 if REAL else 1)]
-    try:
-        streams = [d.stream() for d in devices]
-
-        async def body(api):
-            for s in streams:
-                s.launch(0.005)
-            await api.gather(*(api.wait(s) for s in streams))
-            assert all(s.idle() for s in streams)
-
-        run(flavor, mechanism, body)
-    finally:
-        for d in devices:
-            d.close()
-
-
 def test_threads_stay_under_the_cap(dev, mechanism):
     """Many long waits on many streams: native threads stay bounded."""
     streams = [dev.stream() for _ in range(100)]
