@@ -4,12 +4,13 @@
     s = dev.stream()                   # implements __cuda_stream__
     s.launch(0.002)                    # a 2 ms "kernel"
     await cudafd.wait(s)
-    s.launch(0.001, fault="CUDA_ERROR_ILLEGAL_ADDRESS")   # faults the context when it ends
+    s.launch(0.001, fault="CUDA_ERROR_ILLEGAL_ADDRESS")   # faults every context when it ends
 
 The simulator is a CUDA driver of its own (the entry points cudafd uses, with
 the driver's error codes): streams run in order on a device thread, events
 complete in stream order, blocking synchronisation really blocks, a fault is
-sticky for its context. One process has one driver: creating a Device
+sticky and, as on a GPU, ends every context alive at the time (a Device made
+afterwards is healthy). One process has one driver: creating a Device
 switches cudafd to the simulator if no driver was loaded yet, and raises
 CudafdError if a real driver already is (set CUDAFD_SIMULATOR=1, or call
 cudafd.use_simulator() first).
@@ -163,8 +164,8 @@ class Stream:
         """Enqueue a kernel that occupies the stream for ``seconds``.
 
         ``fault``: a CUresult name ("CUDA_ERROR_ILLEGAL_ADDRESS"), a code, or
-        True (CUDA_ERROR_ILLEGAL_ADDRESS); the context then faults with it
-        when the kernel ends (sticky).
+        True (CUDA_ERROR_ILLEGAL_ADDRESS); when the kernel ends every live
+        context faults with it (sticky), as on a GPU.
         """
         self._check_open()
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):

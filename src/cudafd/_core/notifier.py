@@ -156,6 +156,15 @@ def _wait_error(status: int) -> CudaError | None:
     return None if status == 0 else CudaError(status, where="the awaited GPU work")
 
 
+def _in_ctx(t: Target, call: Callable[[int], Any]) -> Any:
+    """``call(t.handle)`` for a stream Target, with the context it carries made current
+    around it: a default-stream handle of another device's context (targets.py)."""
+    if not t.ctx:
+        return call(t.handle)
+    with _driver.get().pushed(t.ctx):
+        return call(t.handle)
+
+
 class Notifier:
     """A pollable fd plus a queue of finished waits (see the module docstring).
 
@@ -262,11 +271,7 @@ class Notifier:
         with self._lock:
             if self._closed:
                 raise ClosedError("prepare() on a closed Notifier")
-            if t.ctx:  # a default stream of another device's context (targets.py)
-                with _driver.get().pushed(t.ctx):
-                    self._backend.prepare(t.handle)  # type: ignore[union-attr]
-            else:
-                self._backend.prepare(t.handle)  # type: ignore[union-attr]
+            _in_ctx(t, self._backend.prepare)  # type: ignore[union-attr]
 
     # ---- the loop-adapter protocol (module docstring) ----
 
@@ -337,11 +342,7 @@ class Notifier:
                 if self.adapter_asks:  # per wait: watch()'s waits on this Notifier still spin in the core
                     backend.set_asking(asked)  # type: ignore[union-attr]
                 if kind == "stream":
-                    if t.ctx:  # a default stream of another device's context (targets.py)
-                        with _driver.get().pushed(t.ctx):
-                            token = backend.watch_stream(t.handle)  # type: ignore[union-attr]
-                    else:
-                        token = backend.watch_stream(t.handle)  # type: ignore[union-attr]
+                    token = _in_ctx(t, backend.watch_stream)  # type: ignore[union-attr]
                 else:
                     token = backend.watch_event(t.handle, t.ctx)  # type: ignore[union-attr]
             else:  # nothing to wait for: report it at the next drain
@@ -365,9 +366,8 @@ class Notifier:
             return False
         kind = t.kind
         if kind == "stream":
-            if t.ctx:  # a default stream of another device's context (targets.py)
-                with _driver.get().pushed(t.ctx):
-                    return self._stream_done(t.handle) == 1
+            if t.ctx:  # (_in_ctx, inline on the fast path)
+                return _in_ctx(t, self._stream_done) == 1
             return self._stream_done(t.handle) == 1  # (ctypes gives 0 or 1)
         if kind == "event":
             return self._event_done(t.handle) == 1
