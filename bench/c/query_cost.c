@@ -1,0 +1,128 @@
+/*
+ * query_cost.c - what the poller pays to ask N waits in one round: a
+ * cuEventQuery per wait, against reading a host-mapped word per wait that
+ * cuStreamWriteValue32 writes after the work (stream memory operations).
+ *
+ *   make query && ./cudafd-query-cost [--streams 64] [--rounds 2000]
+ *
+ * Each of N streams runs a long cudafd_spin kernel, then an event record
+ * (no timing) and, where the driver has stream memory operations, a
+ * cuStreamWriteValue32 of 1 into its own host-mapped word. While the kernels
+ * run, the thread times ROUNDS rounds of N queries (all not ready), then
+ * ROUNDS rounds of N word reads; after they end, ROUNDS rounds of N queries
+ * of finished events. Prints ns per query (p50 and p99 over rounds) and the
+ * thread's CPU per query (CLOCK_THREAD_CPUTIME_ID).
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "common.h"
+
+const char bench_prog[] = "cudafd-query-cost";
+
+#define HOSTALLOC_DEVICEMAP 0x02
+
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int nstreams, rounds;
+static CUstream *streams;
+static CUevent *events;
+static volatile uint32_t *words;
+static CUdeviceptr words_dev;
+
+enum { ASK_QUERY, ASK_WORD };
+
+/* ROUNDS rounds of one ask per stream; ns per ask p50/p99 and CPU ns per ask. */
+static void time_rounds(const char *name, int how, CUresult want)
+{
+    double *per = malloc(sizeof *per * (size_t)rounds);
+    if (!per)
+        die("malloc", "out of memory");
+    long odd = 0;
+    double c0 = thread_cpu_s(), w0 = now_s();
+    for (int r = 0; r < rounds; r++) {
+        double t0 = now_s();
+        for (int i = 0; i < nstreams; i++) {
+            if (how == ASK_QUERY)
+                odd += cu.cuEventQuery(events[i]) != want;
+            else
+                odd += (words[i] != 0) != (want == 0);
+        }
+        per[r] = (now_s() - t0) * 1e9 / nstreams;
+    }
+    double wall = now_s() - w0, cpu = thread_cpu_s() - c0;
+    qsort(per, (size_t)rounds, sizeof *per, cmp_double);
+    printf("%-28s %8.1f %8.1f %10.1f  %ld unexpected answers\n", name, pct(per, rounds, 0.5),
+           pct(per, rounds, 0.99), cpu * 1e9 / ((double)rounds * nstreams), odd);
+    (void)wall;
+    free(per);
+}
+
+int main(int argc, char **argv)
+{
+    nstreams = arg_int(argc, argv, "--streams", 64);
+    rounds = arg_int(argc, argv, "--rounds", 2000);
+    double kernel_s = arg_double(argc, argv, "--kernel-s", 1.0);
+    if (nstreams < 1 || nstreams > 4096 || rounds < 1 || !(kernel_s > 0 && kernel_s <= 10))
+        die("usage", "1 <= --streams <= 4096, --rounds >= 1, 0 < --kernel-s <= 10");
+    char *ptx = read_file(arg_str(argc, argv, "--ptx", DEFAULT_PTX));
+    load_driver();
+    bench_setup(ptx);
+    streams = calloc((size_t)nstreams, sizeof *streams);
+    events = calloc((size_t)nstreams, sizeof *events);
+    if (!streams || !events)
+        die("calloc", "out of memory");
+    bool memops = cu.cuStreamWriteValue32 && cu.cuMemHostAlloc && cu.cuMemHostGetDevicePointer;
+    if (memops) {
+        void *p = NULL;
+        SETUP(cu.cuMemHostAlloc(&p, sizeof(uint32_t) * (size_t)nstreams, HOSTALLOC_DEVICEMAP));
+        SETUP(cu.cuMemHostGetDevicePointer(&words_dev, p, 0));
+        words = p;
+        for (int i = 0; i < nstreams; i++)
+            words[i] = 0;
+    }
+    for (int i = 0; i < nstreams; i++) {
+        SETUP(cu.cuStreamCreate(&streams[i], 1));
+        SETUP(cu.cuEventCreate(&events[i], EV_SPIN));
+    }
+    for (int i = 0; i < nstreams; i++) {
+        SETUP(launch(streams[i], (uint64_t)(kernel_s * 1e9)));
+        SETUP(cu.cuEventRecord(events[i], streams[i]));
+        if (memops)
+            SETUP(cu.cuStreamWriteValue32(streams[i], words_dev + 4 * (CUdeviceptr)i, 1, 0));
+    }
+    printf("%s on %s: %d streams, %d rounds; ns per ask\n", bench_prog, bench_device_name, nstreams,
+           rounds);
+    printf("%-28s %8s %8s %10s\n", "ask", "p50", "p99", "cpu/ask");
+    double t0 = now_s();
+    time_rounds("cuEventQuery, running", ASK_QUERY, CUDA_ERROR_NOT_READY);
+    if (memops)
+        time_rounds("word read, running", ASK_WORD, CUDA_ERROR_NOT_READY);
+    else
+        printf("%-28s (the driver has no stream memory operations)\n", "word read, running");
+    time_rounds("cuEventQuery, running (2)", ASK_QUERY, CUDA_ERROR_NOT_READY);
+    if (now_s() - t0 > kernel_s)
+        printf("(the asks outlasted the kernels: raise --kernel-s)\n");
+    SETUP(cu.cuCtxSynchronize());
+    time_rounds("cuEventQuery, finished", ASK_QUERY, 0);
+    if (memops)
+        time_rounds("word read, finished", ASK_WORD, 0);
+    for (int i = 0; i < nstreams; i++) {
+        cu.cuEventDestroy(events[i]);
+        cu.cuStreamDestroy(streams[i]);
+    }
+    if (memops)
+        cu.cuMemFreeHost((void *)words);
+    free(streams);
+    free(events);
+    free(ptx);
+    bench_teardown();
+    return 0;
+}
