@@ -3,7 +3,8 @@
     python bench/poller_split.py [--streams 64] [--window 2.0] [--loop asyncio|uvloop]
 
 N streams, each a task looping over (``torch.cuda._sleep`` of a length
-uniform in 50-3000 µs, ``await cudafd.wait(stream)``) under the default
+uniform in 50-3000 µs and a timing event, ``await cudafd.wait(stream)``:
+the lateness section's launches, on N distinct streams) under the default
 Notifier for ``--window`` seconds. Prints the waits, the poller's event
 queries and wakes per second (``cudafd.stats()``'s cumulative counts), and
 the CPU of each of the process's threads (``/proc/self/task``), so that with
@@ -21,6 +22,8 @@ import time
 
 import cudafd
 from cudafd._bench import torchk
+from cudafd._bench.ends import TorchKernels
+from cudafd._bench.gpu import Gpu
 
 
 def thread_cpu() -> dict[str, float]:
@@ -43,8 +46,9 @@ async def run(a: argparse.Namespace) -> None:
     torch, why = torchk.available()
     if torch is None:
         raise SystemExit(why)
-    streams = [torch.cuda.Stream() for _ in range(a.streams)]
-    cps = torchk.calibrate(torch, streams[0])["cycles_per_s"]
+    kernels = TorchKernels(torch, Gpu())
+    streams = kernels.streams(a.streams)
+    kernels.prefill(a.streams * 4, False)
     n = cudafd.Notifier()
     stop = False
     waits = [0]
@@ -52,9 +56,9 @@ async def run(a: argparse.Namespace) -> None:
     async def worker(i: int, s) -> None:  # type: ignore[no-untyped-def]
         rng = random.Random(i)
         while not stop:
-            with torch.cuda.stream(s):
-                torch.cuda._sleep(int(rng.uniform(50e-6, 3000e-6) * cps))
+            mark = kernels.launch(s, rng.uniform(50e-6, 3000e-6))
             await cudafd.wait(s, notifier=n)
+            kernels.release([mark])
             waits[0] += 1
 
     tasks = [asyncio.ensure_future(worker(i, s)) for i, s in enumerate(streams)]
@@ -65,6 +69,7 @@ async def run(a: argparse.Namespace) -> None:
     stop = True
     await asyncio.gather(*tasks)
     n.close()
+    kernels.close()
     dt = t1 - t0
     main = f"{threading.get_native_id()} "
     print(f"{a.loop}, {a.streams} streams, {dt:.2f} s: {(w1 - w0) / dt:.0f} waits/s, "

@@ -8,10 +8,10 @@
  * Each of N streams runs a long cudafd_spin kernel, then an event record
  * (no timing) and, where the driver has stream memory operations, a
  * cuStreamWriteValue32 of 1 into its own host-mapped word. While the kernels
- * run, the thread times ROUNDS rounds of N queries (all not ready), then
- * ROUNDS rounds of N word reads; after they end, ROUNDS rounds of N queries
- * of finished events. Prints ns per query (p50 and p99 over rounds) and the
- * thread's CPU per query (CLOCK_THREAD_CPUTIME_ID).
+ * run, the thread times ROUNDS rounds of N asks of each kind (all not
+ * ready), and rounds of N event records (one more event per stream); after
+ * they end, the asks again. Prints ns per ask (p50 and p99 over rounds) and
+ * the thread's CPU per ask (CLOCK_THREAD_CPUTIME_ID).
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -37,7 +37,8 @@ static CUevent *events;
 static volatile uint32_t *words;
 static CUdeviceptr words_dev;
 
-enum { ASK_QUERY, ASK_WORD };
+enum { ASK_QUERY, ASK_STREAM, ASK_WORD, RECORD };
+static CUevent *spare;
 
 /* ROUNDS rounds of one ask per stream; ns per ask p50/p99 and CPU ns per ask. */
 static void time_rounds(const char *name, int how, CUresult want)
@@ -52,6 +53,10 @@ static void time_rounds(const char *name, int how, CUresult want)
         for (int i = 0; i < nstreams; i++) {
             if (how == ASK_QUERY)
                 odd += cu.cuEventQuery(events[i]) != want;
+            else if (how == ASK_STREAM)
+                odd += cu.cuStreamQuery(streams[i]) != want;
+            else if (how == RECORD)
+                odd += cu.cuEventRecord(spare[i], streams[i]) != 0;
             else
                 odd += (words[i] != 0) != (want == 0);
         }
@@ -77,7 +82,8 @@ int main(int argc, char **argv)
     bench_setup(ptx);
     streams = calloc((size_t)nstreams, sizeof *streams);
     events = calloc((size_t)nstreams, sizeof *events);
-    if (!streams || !events)
+    spare = calloc((size_t)nstreams, sizeof *spare);
+    if (!streams || !events || !spare)
         die("calloc", "out of memory");
     bool memops = cu.cuStreamWriteValue32 && cu.cuMemHostAlloc && cu.cuMemHostGetDevicePointer;
     if (memops) {
@@ -91,7 +97,10 @@ int main(int argc, char **argv)
     for (int i = 0; i < nstreams; i++) {
         SETUP(cu.cuStreamCreate(&streams[i], 1));
         SETUP(cu.cuEventCreate(&events[i], EV_SPIN));
+        SETUP(cu.cuEventCreate(&spare[i], EV_SPIN));
     }
+    if (!cu.cuStreamQuery)
+        die("the driver lacks", "cuStreamQuery");
     for (int i = 0; i < nstreams; i++) {
         SETUP(launch(streams[i], (uint64_t)(kernel_s * 1e9)));
         SETUP(cu.cuEventRecord(events[i], streams[i]));
@@ -107,21 +116,26 @@ int main(int argc, char **argv)
         time_rounds("word read, running", ASK_WORD, CUDA_ERROR_NOT_READY);
     else
         printf("%-28s (the driver has no stream memory operations)\n", "word read, running");
+    time_rounds("cuStreamQuery, running", ASK_STREAM, CUDA_ERROR_NOT_READY);
+    time_rounds("cuEventRecord, running", RECORD, CUDA_ERROR_NOT_READY);
     time_rounds("cuEventQuery, running (2)", ASK_QUERY, CUDA_ERROR_NOT_READY);
     if (now_s() - t0 > kernel_s)
         printf("(the asks outlasted the kernels: raise --kernel-s)\n");
     SETUP(cu.cuCtxSynchronize());
     time_rounds("cuEventQuery, finished", ASK_QUERY, 0);
+    time_rounds("cuStreamQuery, finished", ASK_STREAM, 0);
     if (memops)
         time_rounds("word read, finished", ASK_WORD, 0);
     for (int i = 0; i < nstreams; i++) {
         cu.cuEventDestroy(events[i]);
+        cu.cuEventDestroy(spare[i]);
         cu.cuStreamDestroy(streams[i]);
     }
     if (memops)
         cu.cuMemFreeHost((void *)words);
     free(streams);
     free(events);
+    free(spare);
     free(ptx);
     bench_teardown();
     return 0;
