@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 import cudafd
+from cudafd._core import driver as _driver, kernels as _kernels
 from support import run
 
 
@@ -18,6 +21,22 @@ def test_wait_returns_after_the_work(dev, flavor, mechanism):
             assert s.idle(), "wait returned before the stream's work finished"
 
     run(flavor, mechanism, body)
+
+
+@pytest.mark.parametrize("handle", [0, 1, 2], ids=["null", "legacy", "per-thread"])
+def test_wait_on_a_default_stream(dev, flavor, mechanism, handle):
+    """The current context's default streams, named by their handles (0 and 1: the legacy
+    stream; 2: this thread's)."""
+    drv = _driver.get()
+
+    async def body(api):
+        for seconds in (0.0, 0.002, 0.02):
+            _kernels.launch_spin(handle, seconds)
+            await api.wait(handle)
+            assert drv.cuStreamQuery(handle) == 0, "wait returned before the default stream's work finished"
+
+    with drv.current(dev.ctx):
+        run(flavor, mechanism, body)
 
 
 def test_wait_does_not_return_early_on_a_busy_stream(dev, flavor, mechanism):

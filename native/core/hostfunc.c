@@ -148,14 +148,17 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, ui
         return cfd_fail(CUDAFD_E_UNSUPPORTED, "the driver has no cuLaunchHostFunc");
     CUstream side = NULL;
     CUevent ev = NULL;
-    uintptr_t key = user_stream ? stream_key : (uintptr_t)user_event;
+    /* Which one the caller named: the event, else the stream (which may be
+     * NULL: the legacy default stream, handle 0). */
+    bool on_stream = !user_event;
+    uintptr_t key = on_stream ? stream_key : (uintptr_t)user_event;
     int side_index;
     int rc = cfd_side_stream(&cx->side, key, true, &side, &side_index);
     if (rc != CUDAFD_OK)
         return rc;
     CUresult r;
     bool waited = true; /* the side stream waits for ev already */
-    if (user_stream) {
+    if (on_stream) {
         /* the point on the caller's stream; the side stream waits for it now
          * if the host function can be launched now, else at the launch */
         pthread_mutex_lock(&g.mu);

@@ -207,6 +207,7 @@ void cfd_wake_poller(void);         /* at once, if it sleeps; g.mu held */
 /* How long after a query that found it running a wait of this age is asked
  * again, given its budget (max_lateness, ns): waiters.c says why. */
 int64_t cfd_poll_interval(int64_t age, int64_t budget);
+/* A wait on user_event if it is not NULL, else on user_stream (NULL: the legacy default stream). */
 int cfd_hostfunc_watch(struct cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, uintptr_t stream_key,
                        CUevent user_event, uint64_t *token);
 /* Host notifications: work the GPU must tell the host about when it gets
