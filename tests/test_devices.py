@@ -22,7 +22,7 @@ import pytest
 
 import cudafd
 from cudafd._core import driver as _driver, kernels as _kernels
-from support import REAL, Device, child_env, release_idle, run
+from support import MECHANISMS, REAL, Device, child_env, release_idle, run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -153,6 +153,56 @@ def test_device_1s_default_stream_and_events(loop_flavor, framework):
                 drv.cuCtxSynchronize()
         for ev in events:
             drv.cuEventDestroy(ev)
+        release_idle()
+        for ordinal, c in enumerate(ctxs):
+            _kernels.forget(c)
+            drv.cuDevicePrimaryCtxRelease(ordinal)
+
+
+@two
+@pytest.mark.parametrize("mech", MECHANISMS)
+def test_default_streams_of_two_devices_keep_their_own_order(loop_flavor, mech):
+    """Waits on the default streams (handle 0) of two devices, device 0's context current,
+    keep separate orders: the wait on device 1's short kernel returns while device 0's
+    long one, awaited first, still runs."""
+    drv = _driver.get()
+    drv.init()
+    ctxs = []
+    for ordinal in (0, 1):
+        c = ctypes.c_void_p()
+        _driver.check(drv.cuDevicePrimaryCtxRetain(ctypes.byref(c), ordinal))
+        ctxs.append(c.value)
+
+    def busy(ctx: int) -> bool:
+        with drv.pushed(ctx):
+            return drv.cuStreamQuery(0) != 0
+
+    try:
+        async def body(api):
+            seen: list[bool] = []
+
+            async def device_1() -> None:
+                for _ in range(3):  # device 0's wait starts first
+                    await api.sleep(0)
+                with drv.pushed(ctxs[1]):
+                    _kernels.launch_spin(0, 0.01)
+                await api.wait(_TorchStream())
+                seen.append(busy(ctxs[0]))
+
+            with drv.pushed(ctxs[0]):
+                _kernels.launch_spin(0, 1.0)
+            first = api.cancelled_when(lambda: bool(seen), api.wait(0))
+            cancelled, _ = await api.gather(first, device_1())
+            return cancelled, seen
+
+        with drv.current(ctxs[0]):
+            cancelled, seen = run(loop_flavor, mech, body, prepare=False)
+        assert seen == [True], "device 1's wait returned only after device 0's kernel had ended"
+        assert cancelled, "device 0's wait returned before its kernel had ended"
+    finally:
+        for c in ctxs:
+            with drv.pushed(c):
+                drv.cuCtxSynchronize()
         release_idle()
         for ordinal, c in enumerate(ctxs):
             _kernels.forget(c)

@@ -113,8 +113,8 @@ class _Stub:
         self.asked.append(token)
         return (token in self.over), None
 
-    def adapter_stream_key(self, handle: int) -> int:
-        return handle
+    def adapter_stream_key(self, t) -> int:
+        return t.handle
 
     def cancel(self, token: int) -> bool:
         self.cancelled.append(token)
@@ -122,7 +122,7 @@ class _Stub:
 
 
 class _T:
-    kind, handle = "stream", 42
+    kind, handle, ctx = "stream", 42, 0
 
 
 def test_only_the_first_asking_wait_of_a_target_asks_and_they_end_in_order():

@@ -373,12 +373,15 @@ class Notifier:
             return self._event_done(t.handle) == 1
         return True
 
-    def adapter_stream_key(self, handle: int) -> int:
-        """Loop-adapter protocol: what one stream's waits are kept in order by
-        (cudafd_stream_key): the driver's id of the stream, else its handle. Not the
+    def adapter_stream_key(self, t: Target) -> object:
+        """Loop-adapter protocol: what the waits of the stream Target ``t`` are kept in
+        order by (cudafd_stream_key, in the context ``t`` carries): the driver's id of the
+        stream, else its handle, with that context where ``t`` names one. Not the
         handle: a driver hands a new stream the handle of one destroyed just before,
-        even while that one's work runs, and its waits would line up behind that work."""
-        return self._backend.stream_key(handle)  # type: ignore[union-attr]
+        even while that one's work runs, and its waits would line up behind that work;
+        and handle 0 names a default stream of every context."""
+        key = _in_ctx(t, self._backend.stream_key)  # type: ignore[union-attr]
+        return (t.ctx, key) if t.ctx else key
 
     def cancel(self, token: int) -> bool:
         """Detach a wait: its token will never be reported by drain(). The GPU work is not cancelled.

@@ -96,10 +96,10 @@ class WaitPolicy:
     __slots__ = ("_streams", "_spinning", "_quick", "_asking")
 
     def __init__(self) -> None:
-        self._streams: dict[int, int] = {}  # stream handle (-1: events) -> its waits started and not over
-        self._spinning: set[int] = set()  # streams whose lone wait has not watched yet
+        self._streams: dict[object, int] = {}  # stream key (steps; -1: events) -> its waits started and not over
+        self._spinning: set[object] = set()  # streams whose lone wait has not watched yet
         self._quick = 0  # waits in a row that were over before they began
-        self._asking: dict[int, deque] = {}  # stream key or event handle -> tokens asking (step 4), in watch order
+        self._asking: dict[object, deque] = {}  # stream key or event handle -> tokens asking (step 4), in watch order
 
     def busy(self) -> bool:
         """True while a wait that went past the fast path is in progress."""
@@ -108,7 +108,9 @@ class WaitPolicy:
     def steps(self, notifier: Any, t: Any) -> Generator[int | None, None, None]:
         """The steps of one wait on the resolved target ``t`` (module docstring): yields
         None (yield to the loop once) or a token (park until it is reported); ends when over."""
-        key = t.handle if t.kind == "stream" else -1
+        # a stream's handle, with the context it names where it carries one (handle 0
+        # names a default stream of every context); events share one key
+        key = ((t.ctx, t.handle) if t.ctx else t.handle) if t.kind == "stream" else -1
         streams = self._streams
         lone = key not in streams
         if not streams and notifier.adapter_done_now(t):  # (busy: step 2 asks after the yield)
@@ -147,7 +149,7 @@ class WaitPolicy:
                     return
                 token = notifier.adapter_watch(t)
             if notifier.adapter_asks:
-                lkey = notifier.adapter_stream_key(t.handle) if t.kind == "stream" else t.handle
+                lkey = notifier.adapter_stream_key(t) if t.kind == "stream" else t.handle
                 line = self._asking.get(lkey)
                 if line is None:
                     line = self._asking[lkey] = deque()
@@ -161,7 +163,7 @@ class WaitPolicy:
         finally:
             self._leave(key)
 
-    def _leave(self, key: int) -> None:
+    def _leave(self, key: object) -> None:
         left = self._streams[key] - 1
         if left:
             self._streams[key] = left

@@ -313,7 +313,7 @@ class Dispatcher(_Waiters):
         if t.kind == "stream":
             # One stream's waits share a lane, whatever names the stream; by the
             # stream's id, not its handle (a new stream may get a destroyed one's).
-            key: object = self._notifier.adapter_stream_key(t.handle)
+            key: object = self._notifier.adapter_stream_key(t)
         else:
             try:
                 hash(target)
