@@ -8,7 +8,7 @@ from cudafd._core.policy import QUICK_YIELD_EVERY, WaitPolicy
 
 class _Target:
     def __init__(self, handle: int) -> None:
-        self.kind, self.handle = "stream", handle
+        self.kind, self.handle, self.ctx = "stream", handle, 0
 
 
 class _Notifier:
