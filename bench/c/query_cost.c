@@ -3,7 +3,7 @@
  * cuEventQuery per wait, against reading a host-mapped word per wait that
  * cuStreamWriteValue32 writes after the work (stream memory operations).
  *
- *   make query && ./cudafd-query-cost [--streams 64] [--rounds 2000]
+ *   make query && ./cudafd-query-cost [--streams 64] [--rounds 2000] [--contend 1]
  *
  * Each of N streams runs a long cudafd_spin kernel, then an event record
  * (no timing) and, where the driver has stream memory operations, a
@@ -12,8 +12,15 @@
  * ready), and rounds of N event records (one more event per stream); after
  * they end, the asks again. Prints ns per ask (p50 and p99 over rounds) and
  * the thread's CPU per ask (CLOCK_THREAD_CPUTIME_ID).
+ *
+ * --contend 1: meanwhile a second thread does what an event loop awaiting
+ * kernels on N other streams does: on each of them whose last event has
+ * passed (cuEventQuery), it launches a 20 us kernel and records an event, in
+ * turn, without pause, so the asks share the driver with launches as a
+ * poller's do.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -38,6 +45,27 @@ static volatile uint32_t *words;
 static CUdeviceptr words_dev;
 
 enum { ASK_QUERY, ASK_STREAM, ASK_WORD, RECORD };
+
+/* The launching thread of --contend: its own streams and events. */
+static CUstream *lstreams;
+static CUevent *levents;
+static volatile int stop_launching;
+static long launched;
+
+static void *launcher_main(void *arg)
+{
+    SETUP(cu.cuCtxSetCurrent((CUcontext)arg));
+    while (!stop_launching) {
+        for (int i = 0; i < nstreams; i++) {
+            if (cu.cuEventQuery(levents[i]) == CUDA_ERROR_NOT_READY)
+                continue;
+            SETUP(launch(lstreams[i], 20000));
+            SETUP(cu.cuEventRecord(levents[i], lstreams[i]));
+            launched++;
+        }
+    }
+    return NULL;
+}
 static CUevent *spare;
 
 /* ROUNDS rounds of one ask per stream; ns per ask p50/p99 and CPU ns per ask. */
@@ -75,6 +103,7 @@ int main(int argc, char **argv)
     nstreams = arg_int(argc, argv, "--streams", 64);
     rounds = arg_int(argc, argv, "--rounds", 2000);
     double kernel_s = arg_double(argc, argv, "--kernel-s", 1.0);
+    int contend = arg_int(argc, argv, "--contend", 0);
     if (nstreams < 1 || nstreams > 4096 || rounds < 1 || !(kernel_s > 0 && kernel_s <= 10))
         die("usage", "1 <= --streams <= 4096, --rounds >= 1, 0 < --kernel-s <= 10");
     char *ptx = read_file(arg_str(argc, argv, "--ptx", DEFAULT_PTX));
@@ -99,6 +128,19 @@ int main(int argc, char **argv)
         SETUP(cu.cuEventCreate(&events[i], EV_SPIN));
         SETUP(cu.cuEventCreate(&spare[i], EV_SPIN));
     }
+    pthread_t launcher;
+    CUcontext ctx = NULL;
+    if (contend) { /* its streams before the long kernels: a stream creation may wait for the queued work */
+        SETUP(cu.cuDevicePrimaryCtxRetain(&ctx, bench_dev));
+        lstreams = calloc((size_t)nstreams, sizeof *lstreams);
+        levents = calloc((size_t)nstreams, sizeof *levents);
+        if (!lstreams || !levents)
+            die("calloc", "out of memory");
+        for (int i = 0; i < nstreams; i++) {
+            SETUP(cu.cuStreamCreate(&lstreams[i], 1));
+            SETUP(cu.cuEventCreate(&levents[i], EV_SPIN));
+        }
+    }
     if (!cu.cuStreamQuery)
         die("the driver lacks", "cuStreamQuery");
     for (int i = 0; i < nstreams; i++) {
@@ -107,8 +149,10 @@ int main(int argc, char **argv)
         if (memops)
             SETUP(cu.cuStreamWriteValue32(streams[i], words_dev + 4 * (CUdeviceptr)i, 1, 0));
     }
-    printf("%s on %s: %d streams, %d rounds; ns per ask\n", bench_prog, bench_device_name, nstreams,
-           rounds);
+    if (contend && pthread_create(&launcher, NULL, launcher_main, ctx))
+        die("pthread_create", "failed");
+    printf("%s on %s: %d streams, %d rounds%s; ns per ask\n", bench_prog, bench_device_name, nstreams,
+           rounds, contend ? ", beside a thread launching on as many streams of its own" : "");
     printf("%-28s %8s %8s %10s\n", "ask", "p50", "p99", "cpu/ask");
     double t0 = now_s();
     time_rounds("cuEventQuery, running", ASK_QUERY, CUDA_ERROR_NOT_READY);
@@ -121,6 +165,11 @@ int main(int argc, char **argv)
     time_rounds("cuEventQuery, running (2)", ASK_QUERY, CUDA_ERROR_NOT_READY);
     if (now_s() - t0 > kernel_s)
         printf("(the asks outlasted the kernels: raise --kernel-s)\n");
+    if (contend) {
+        stop_launching = 1;
+        pthread_join(launcher, NULL);
+        printf("the launching thread: %.0f launches and records per second\n", launched / (now_s() - t0));
+    }
     SETUP(cu.cuCtxSynchronize());
     time_rounds("cuEventQuery, finished", ASK_QUERY, 0);
     time_rounds("cuStreamQuery, finished", ASK_STREAM, 0);
@@ -133,6 +182,15 @@ int main(int argc, char **argv)
     }
     if (memops)
         cu.cuMemFreeHost((void *)words);
+    if (contend) {
+        for (int i = 0; i < nstreams; i++) {
+            cu.cuEventDestroy(levents[i]);
+            cu.cuStreamDestroy(lstreams[i]);
+        }
+        free(lstreams);
+        free(levents);
+        cu.cuDevicePrimaryCtxRelease(bench_dev);
+    }
     free(streams);
     free(events);
     free(spare);
