@@ -22,6 +22,7 @@ import time
 
 import cudafd
 from cudafd._bench import torchk
+from cudafd._bench.child import new_loop
 from cudafd._bench.ends import TorchKernels
 from cudafd._bench.gpu import Gpu
 
@@ -87,12 +88,11 @@ def main() -> None:
     ap.add_argument("--window", type=float, default=2.0)
     ap.add_argument("--loop", default="asyncio", choices=("asyncio", "uvloop"))
     a = ap.parse_args()
-    if a.loop == "uvloop":
-        import uvloop
-
-        uvloop.run(run(a))
-    else:
-        asyncio.run(run(a))
+    loop = new_loop(a.loop)
+    try:
+        loop.run_until_complete(run(a))
+    finally:
+        loop.close()
 
 
 if __name__ == "__main__":
