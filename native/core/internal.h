@@ -80,6 +80,8 @@ typedef struct cfd_ctx {
     cfd_side_pool side;   /* waits on side streams: hostfunc points, waits on a caller's event */
     int nwaits;                      /* waits referring to this record */
     int64_t fault;                   /* the first sticky error seen in this context */
+    struct cfd_words *words;         /* its page of words (words.c), once looked up; NULL: none */
+    bool words_known;                /* words looked up since the record was made or retired */
 } cfd_ctx;
 
 cfd_ctx *cfd_ctx_get(CUcontext ctx);              /* g.mu held; NULL on OOM */
@@ -103,6 +105,24 @@ void cfd_side_release(cfd_side_pool *p, uintptr_t key, int index); /* g.mu held 
  * (released while the driver makes them), cx->ctx current. */
 void cfd_side_fill_locked(cfd_side_pool *p, int count);
 void cfd_event_destroy(CUevent ev);
+
+/* ---- words the GPU writes after a stream's work (words.c) ---- */
+struct cfd_lane;
+struct cfd_words;
+/* Set cx->words to the page of cx's context, registered there (made on the
+ * first use), or NULL where the driver cannot map host memory or write it
+ * from a stream; once per record until it is retired. Not under g.mu; the
+ * context current. */
+void cfd_words_look_up(cfd_ctx *cx);
+/* Give lane l a word of `w` if it has none and one is free. g.mu held. */
+void cfd_words_take(struct cfd_words *w, struct cfd_lane *l);
+void cfd_words_give(struct cfd_lane *l); /* its word back, if it has one; g.mu held */
+/* The value and address of the write that marks a new wait of lane l; g.mu held. */
+uint32_t cfd_words_next(struct cfd_lane *l, CUdeviceptr *addr);
+/* The write after a wait's record failed: no lane of cx takes a word again
+ * (until the record is retired), and the wait's lane l (NULL: gone already)
+ * is asked through the driver. g.mu held. */
+void cfd_words_failed(cfd_ctx *cx, struct cfd_lane *l);
 
 /* ---- waits and lanes (waits.c) ---- */
 typedef struct cfd_wait {
@@ -143,6 +163,12 @@ typedef struct cfd_lane {
     int64_t since;     /* when the current head became head */
     int64_t next_poll; /* when the poller asks it next */
     int64_t step;      /* the interval that planned next_poll (0: ask at once) */
+    /* its word (words.c), where it has one: written after each wait's record */
+    volatile uint32_t *word;
+    struct cfd_words *page;
+    uint32_t seen;  /* the word's value when the poller last asked the driver */
+    int slot;
+    int64_t queried; /* when the poller last asked the driver about it */
 } cfd_lane;
 
 /* The lane kind of a spin notifier's waits while its caller asks about them

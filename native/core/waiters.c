@@ -102,6 +102,11 @@
  * asked at most this often: a backstop for a caller that stops asking, and
  * the reaping of the waits they took, never the way their waits end. */
 #define ASKED_BACKSTOP_NS (10LL * 1000 * 1000)
+/* A lane with a word (words.c) whose word has not changed is asked through
+ * the driver at most this often, or every max_lateness if that is longer:
+ * the backstop for a write that never comes (a fault stops the stream; the
+ * driver reports a fault 126-166 ms after the faulting launch on an H200). */
+#define WORD_BACKSTOP_NS (10LL * 1000 * 1000)
 
 static void *poller_main(void *arg);
 
@@ -234,10 +239,25 @@ static void plan(cfd_lane *l, int64_t now)
     l->next_poll = now + l->step;
 }
 
+/* Whether to ask the driver about a lane with a word now (words.c): when its
+ * word changed, else when it is due and to be asked at once (a head that
+ * became head after a pop) or its backstop has come. g.mu held. */
+static bool word_says_ask(cfd_lane *l, int64_t now, bool due)
+{
+    uint32_t v = __atomic_load_n(l->word, __ATOMIC_ACQUIRE);
+    if (v != l->seen) {
+        l->seen = v;
+        return true;
+    }
+    int64_t backstop = WORD_BACKSTOP_NS > lane_budget(l) ? WORD_BACKSTOP_NS : lane_budget(l);
+    return due && (l->step == 0 || now - l->queried >= backstop);
+}
+
 int cfd_lane_activate(cfd_lane *l)
 {
     int64_t now = cfd_now_ns();
     l->since = l->head->t0;
+    l->queried = now;
     plan(l, now);
     if (!g.poller_running) {
         int rc = open_poller_timer();
@@ -310,6 +330,16 @@ static void *poller_main(void *arg)
                 snap[k++] = (struct snap){l, h->ev, h->cx->ctx, 0, true,
                                           cfd_syncfd_known_passed_locked(h->sp.rec, h->sp.thr), h->sp.id, h->sp.thr};
                 l->sync_due = false;
+            } else if (k < SNAP_MAX && l->word) { /* its word says whether to ask (words.c) */
+                bool due = l->next_poll - l->step / COALESCE_DIV <= now;
+                if (word_says_ask(l, now, due)) {
+                    snap[k++] = (struct snap){l, l->head->ev, l->head->cx->ctx, 0, false, false, 0, 0};
+                    continue;
+                }
+                if (due) /* running: asked by its word again at the schedule's next step */
+                    plan(l, now);
+                if (l->next_poll < next)
+                    next = l->next_poll;
             } else if (k < SNAP_MAX && l->next_poll - l->step / COALESCE_DIV <= now) {
                 snap[k++] = (struct snap){l, l->head->ev, l->head->cx->ctx, 0, false, false, 0, 0};
             } else if (l->sync_due) {
@@ -360,6 +390,7 @@ static void *poller_main(void *arg)
                     l->sync_due = true, plan(l, now); /* the next head may have passed too */
                 continue;
             }
+            l->queried = now;
             if (snap[i].r == CUDA_ERROR_NOT_READY) {
                 plan(l, now);
                 continue;

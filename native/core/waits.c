@@ -246,6 +246,7 @@ cfd_lane *cfd_lane_get(CUcontext ctx, uintptr_t stream, uint64_t thread, int mec
 
 void cfd_lane_free(cfd_lane *l)
 {
+    cfd_words_give(l);
     cfd_lane **link = &lane_table[lane_hash(l->ctx, l->stream, l->thread, l->mech)];
     while (*link != l)
         link = &(*link)->hnext;

@@ -30,9 +30,12 @@ static uint64_t this_thread(void) { return (uint64_t)syscall(SYS_gettid); }
 
 /* Queue a wait for a recorded pooled event on the lane of (ctx, stream key).
  * `side` (>= 0): the side stream held for `side_key`, which the wait takes
- * over; on failure it is released here. */
+ * over; on failure it is released here. `word` (a stream's wait of the event
+ * mechanism): where the caller is to write *value after the record, or 0
+ * (words.c). */
 static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t thread, CUevent ev,
-                   int side, uintptr_t side_key, const cfd_syncpt *sp, uint64_t *token)
+                   int side, uintptr_t side_key, const cfd_syncpt *sp, uint64_t *token, CUdeviceptr *word,
+                   uint32_t *value)
 {
     pthread_mutex_lock(&g.mu);
     int rc = CUDAFD_OK;
@@ -52,8 +55,12 @@ static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t t
     } else if (side >= 0) {
         cfd_side_release(&cx->side, side_key, side);
     }
+    if (word)
+        *word = 0;
     if (rc == CUDAFD_OK) {
         w->lane = l;
+        if (word && l->mech == CUDAFD_MECH_EVENT)
+            cfd_words_take(cx->words, l);
         bool was_empty = !l->head;
         if (l->tail)
             l->tail->next = w;
@@ -76,6 +83,8 @@ static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t t
         if (w->sp.rec && cfd_syncfd_arm_locked(&w->sp))
             cfd_wake_poller();
         *token = w->token;
+        if (word && l->word)
+            *value = cfd_words_next(l, word);
         cfd_ctx_release(cx); /* the wait holds the record now: drop the caller's hold */
     }
     pthread_mutex_unlock(&g.mu);
@@ -184,12 +193,22 @@ static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, i
                 cfd_ctx_give_event(cx, taken);
             pthread_mutex_unlock(&g.mu);
         } else {
+            if (n->mech == CUDAFD_MECH_EVENT)
+                cfd_words_look_up(cx);
             rc = cfd_record(cx, (CUstream)stream, taken, &ev);
         }
         if (rc == CUDAFD_OK) {
-            rc = enqueue(n, cx, key, thread, ev, -1, 0, &sp, token);
+            CUdeviceptr word = 0;
+            uint32_t value = 0;
+            rc = enqueue(n, cx, key, thread, ev, -1, 0, &sp, token, &word, &value);
             cfd_syncfd_signal_end(&sp);
             if (rc == CUDAFD_OK) { /* the common path: two critical sections in all */
+                if (word && cu.cuStreamWriteValue32((CUstream)stream, word, value, 0) != CUDA_SUCCESS) {
+                    pthread_mutex_lock(&g.mu); /* the wait is asked through the driver instead */
+                    cfd_wait *w = cfd_wait_lookup(*token);
+                    cfd_words_failed(cx, w ? w->lane : NULL);
+                    pthread_mutex_unlock(&g.mu);
+                }
                 cfd_leave_ctx(pushed);
                 return fence_for(n, &sp, *token, fence_fd);
             }
@@ -308,7 +327,7 @@ static int watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token, int
         if (rc == CUDAFD_OK)
             rc = cfd_record(cx, side, NULL, &ev);
         if (rc == CUDAFD_OK) { /* enqueue takes over the side stream, even when it fails */
-            rc = enqueue(n, cx, (uintptr_t)side, 0, ev, side_index, event, &sp, token);
+            rc = enqueue(n, cx, (uintptr_t)side, 0, ev, side_index, event, &sp, token, NULL, NULL);
             cfd_syncfd_signal_end(&sp);
             if (rc == CUDAFD_OK)
                 return fence_for(n, &sp, *token, fence_fd); /* enqueue dropped the record's hold too */

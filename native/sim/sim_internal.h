@@ -79,6 +79,10 @@ SIM_API CUresult cuStreamGetId(CUstream stream, unsigned long long *id);
 SIM_API CUresult cuModuleLoadData(CUmodule *module, const void *image);
 SIM_API CUresult cuModuleGetFunction(CUfunction *fn, CUmodule module, const char *name);
 SIM_API CUresult cuModuleUnload(CUmodule module);
+SIM_API CUresult cuMemHostRegister(void *p, size_t bytes, unsigned int flags);
+SIM_API CUresult cuMemHostUnregister(void *p);
+SIM_API CUresult cuMemHostGetDevicePointer(CUdeviceptr *dptr, void *p, unsigned int flags);
+SIM_API CUresult cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, unsigned int value, unsigned int flags);
 /* The external-semaphore entry points (sim_nvsci.c) are not exported: only
  * cuGetProcAddress serves them, so $CUDAFD_SIM_SYNCFD_FAIL=driver can make
  * them absent, as they are from drivers without NvSciSync interop. */
@@ -97,7 +101,7 @@ SIM_API CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned in
 /* ---- objects ---- */
 enum sim_type { SIM_T_CTX = 1, SIM_T_STREAM, SIM_T_EVENT, SIM_T_MODULE, SIM_T_FUNC, SIM_T_EXTSEM };
 
-enum sim_op_kind { SIM_OP_KERNEL, SIM_OP_RECORD, SIM_OP_WAIT, SIM_OP_HOST, SIM_OP_SIGNAL };
+enum sim_op_kind { SIM_OP_KERNEL, SIM_OP_RECORD, SIM_OP_WAIT, SIM_OP_HOST, SIM_OP_SIGNAL, SIM_OP_WRITE };
 enum sim_host_state { SIM_HOST_QUEUED, SIM_HOST_DISPATCHED, SIM_HOST_RUNNING, SIM_HOST_RETURNED };
 
 struct sim_event;
@@ -120,6 +124,7 @@ struct sim_op {
         struct { struct sim_op *rec; } wait;     /* the record waited for */
         struct { CUhostFn fn; void *data; enum sim_host_state state; } host;
         struct { uint32_t syncpoint; } signal; /* an NvSciSync semaphore's signal (sim_nvsci.c) */
+        struct { uint32_t *addr; uint32_t value; } write; /* cuStreamWriteValue32 (sim_memops.c) */
     };
 };
 
@@ -186,6 +191,7 @@ struct sim_global {
     pthread_mutex_t lock;
     int ndev;
     uint64_t late_fault_ns; /* $CUDAFD_SIM_LATE_FAULT_MS: see cuEventSynchronize */
+    bool no_stream_writes;  /* $CUDAFD_SIM_NO_STREAM_WRITES: cuStreamWriteValue32 fails (sim_memops.c) */
     bool fault_one_ctx;     /* $CUDAFD_SIM_FAULT_SCOPE=context: see sim_fault_all_locked */
     struct sim_device dev[SIM_MAX_DEVICES];
     struct sim_ctx *live; /* every context not destroyed */

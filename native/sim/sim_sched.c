@@ -71,6 +71,9 @@ static enum advance advance(struct sim_stream *s, uint64_t now, uint64_t *deadli
         case SIM_OP_SIGNAL:
             sim_syncpoint_incr_locked(op->signal.syncpoint);
             break;
+        case SIM_OP_WRITE:
+            __atomic_store_n(op->write.addr, op->write.value, __ATOMIC_RELEASE);
+            break;
         case SIM_OP_HOST:
             if (op->host.state == SIM_HOST_QUEUED)
                 sim_callback_submit_locked(op);
