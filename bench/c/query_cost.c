@@ -13,6 +13,10 @@
  * they end, the asks again. Prints ns per ask (p50 and p99 over rounds) and
  * the thread's CPU per ask (CLOCK_THREAD_CPUTIME_ID).
  *
+ * --order N: instead, N times on one stream, a kernel of --order-us us, an
+ * event record and a write of the round's number to a word; the thread spins
+ * on both and prints which the host saw first and by how much.
+ *
  * --contend 1: meanwhile a second thread does what an event loop awaiting
  * kernels on N other streams does: on each of them whose last event has
  * passed (cuEventQuery), it launches a 20 us kernel and records an event, in
@@ -98,6 +102,40 @@ static void time_rounds(const char *name, int how, CUresult want)
     free(per);
 }
 
+/* --order: which of (record, write after it) the host sees first. */
+static void order(int n, double kernel_us)
+{
+    int word_first = 0, event_first = 0, same = 0;
+    double *gap = malloc(sizeof *gap * (size_t)n);
+    if (!gap)
+        die("malloc", "out of memory");
+    for (int i = 0; i < n; i++) {
+        uint32_t want = (uint32_t)i + 1;
+        SETUP(launch(streams[0], (uint64_t)(kernel_us * 1e3)));
+        SETUP(cu.cuEventRecord(events[0], streams[0]));
+        SETUP(cu.cuStreamWriteValue32(streams[0], words_dev, want, 0));
+        double t_ev = 0, t_word = 0;
+        while (!t_ev || !t_word) {
+            if (!t_word && words[0] == want)
+                t_word = now_s();
+            if (!t_ev && cu.cuEventQuery(events[0]) == 0)
+                t_ev = now_s();
+        }
+        if (t_word < t_ev)
+            word_first++;
+        else if (t_ev < t_word)
+            event_first++;
+        else
+            same++;
+        gap[i] = (t_word - t_ev) * 1e6;
+    }
+    qsort(gap, (size_t)n, sizeof *gap, cmp_double);
+    printf("order: %d rounds of a %.0f us kernel, a record, a write: the word seen first %d times, the event %d, "
+           "at once %d; word minus event, us: p1 %.2f p50 %.2f p99 %.2f\n", n, kernel_us, word_first,
+           event_first, same, pct(gap, n, 0.01), pct(gap, n, 0.5), pct(gap, n, 0.99));
+    free(gap);
+}
+
 int main(int argc, char **argv)
 {
     nstreams = arg_int(argc, argv, "--streams", 64);
@@ -148,6 +186,14 @@ int main(int argc, char **argv)
         SETUP(cu.cuEventRecord(events[i], streams[i]));
         if (memops)
             SETUP(cu.cuStreamWriteValue32(streams[i], words_dev + 4 * (CUdeviceptr)i, 1, 0));
+    }
+    int order_n = arg_int(argc, argv, "--order", 0);
+    if (order_n > 0) {
+        if (!memops)
+            die("--order", "the driver has no stream memory operations");
+        SETUP(cu.cuCtxSynchronize());
+        order(order_n, arg_double(argc, argv, "--order-us", 200));
+        return 0;
     }
     if (contend && pthread_create(&launcher, NULL, launcher_main, ctx))
         die("pthread_create", "failed");

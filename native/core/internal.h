@@ -119,6 +119,8 @@ void cfd_words_take(struct cfd_words *w, struct cfd_lane *l);
 void cfd_words_give(struct cfd_lane *l); /* its word back, if it has one; g.mu held */
 /* The value and address of the write that marks a new wait of lane l; g.mu held. */
 uint32_t cfd_words_next(struct cfd_lane *l, CUdeviceptr *addr);
+/* Whether l's word has reached `value` (a write of it, or of a later one, ran). */
+bool cfd_words_reached(const struct cfd_lane *l, uint32_t value);
 /* The write after a wait's record failed: no lane of cx takes a word again
  * (until the record is retired), and the wait's lane l (NULL: gone already)
  * is asked through the driver. g.mu held. */
@@ -145,6 +147,7 @@ typedef struct cfd_wait {
     cfd_syncpt sp;  /* syncfd: its point (sp.rec held through cfd_syncfd_hold_locked), else sp.rec NULL */
     int64_t t0;     /* when it was watched */
     int64_t budget; /* its notifier's max_lateness_ns at the watch */
+    uint32_t wval;  /* the value written to its lane's word after its record (words.c); 0: none */
 } cfd_wait;
 
 /* The waits of one stream in watch order (the poller asks only the head). */
@@ -166,7 +169,6 @@ typedef struct cfd_lane {
     /* its word (words.c), where it has one: written after each wait's record */
     volatile uint32_t *word;
     struct cfd_words *page;
-    uint32_t seen;  /* the word's value when the poller last asked the driver */
     int slot;
     int64_t queried; /* when the poller last asked the driver about it */
 } cfd_lane;

@@ -239,18 +239,15 @@ static void plan(cfd_lane *l, int64_t now)
     l->next_poll = now + l->step;
 }
 
-/* Whether to ask the driver about a lane with a word now (words.c): when its
- * word changed, else when it is due and to be asked at once (a head that
- * became head after a pop) or its backstop has come. g.mu held. */
-static bool word_says_ask(cfd_lane *l, int64_t now, bool due)
+/* Whether to ask the driver about the head of a lane with a word now
+ * (words.c): once the head's own write ran, else when it is due and its
+ * backstop has come. g.mu held. */
+static bool word_says_ask(const cfd_lane *l, int64_t now, bool due)
 {
-    uint32_t v = __atomic_load_n(l->word, __ATOMIC_ACQUIRE);
-    if (v != l->seen) {
-        l->seen = v;
+    if (cfd_words_reached(l, l->head->wval))
         return true;
-    }
     int64_t backstop = WORD_BACKSTOP_NS > lane_budget(l) ? WORD_BACKSTOP_NS : lane_budget(l);
-    return due && (l->step == 0 || now - l->queried >= backstop);
+    return due && now - l->queried >= backstop;
 }
 
 int cfd_lane_activate(cfd_lane *l)
@@ -330,7 +327,7 @@ static void *poller_main(void *arg)
                 snap[k++] = (struct snap){l, h->ev, h->cx->ctx, 0, true,
                                           cfd_syncfd_known_passed_locked(h->sp.rec, h->sp.thr), h->sp.id, h->sp.thr};
                 l->sync_due = false;
-            } else if (k < SNAP_MAX && l->word) { /* its word says whether to ask (words.c) */
+            } else if (k < SNAP_MAX && l->word && l->head->wval) { /* its word says whether to ask (words.c) */
                 bool due = l->next_poll - l->step / COALESCE_DIV <= now;
                 if (word_says_ask(l, now, due)) {
                     snap[k++] = (struct snap){l, l->head->ev, l->head->cx->ctx, 0, false, false, 0, 0};

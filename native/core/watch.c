@@ -84,7 +84,7 @@ static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t t
             cfd_wake_poller();
         *token = w->token;
         if (word && l->word)
-            *value = cfd_words_next(l, word);
+            w->wval = *value = cfd_words_next(l, word);
         cfd_ctx_release(cx); /* the wait holds the record now: drop the caller's hold */
     }
     pthread_mutex_unlock(&g.mu);

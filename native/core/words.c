@@ -10,15 +10,17 @@
  *  - cuStreamWriteValue32 (default flags) runs when the stream reaches it,
  *    after the work enqueued before it, the watch's record included.
  *
- * A word is a hint, never an answer. A lane's word changes whenever a write
- * to it runs (each watch writes a value new to its page); a lane whose word
- * changed is asked through the driver at once, and only the event query
- * says whether its head is over or failed; a lane whose word did not change
- * is taken to be running, but it is asked through the driver anyway every
- * max(max_lateness, WORD_BACKSTOP_NS) (waiters.c). So a write that comes
- * late, never comes (a fault stops the stream: the backstop's query reports
- * it), or lands in a word another lane took since, makes a lane be asked
- * early or at the backstop; it cannot make a wait end early or fail.
+ * A word is a hint, never an answer. Each watch writes a value new to its
+ * page (one counter per page, handed out under g.mu in watch order) to its
+ * lane's word after its record; a lane is asked through the driver once its
+ * word has reached its head's value (the head's own write ran, so its record
+ * did, and the stream holds nothing of ours after it), and only the event
+ * query says whether the head is over or failed. A lane whose head's write
+ * has not run is taken to be running, but is asked through the driver anyway
+ * every max(max_lateness, WORD_BACKSTOP_NS) (waiters.c). A write that never
+ * comes (a fault stops the stream) is found by the backstop's query; a late
+ * write of a lane that had the word before carries an older value, which
+ * the head's does not count as reached (values compare modulo 2^32).
  *
  * Life. A page is memory of the core's own (not cuMemHostAlloc's, which goes
  * with its context), registered in its context with cuMemHostRegister and
@@ -134,7 +136,6 @@ void cfd_words_take(struct cfd_words *w, cfd_lane *l)
     l->slot = slot;
     l->page = w;
     l->word = &w->host[slot];
-    l->seen = __atomic_load_n(l->word, __ATOMIC_ACQUIRE);
 }
 
 void cfd_words_give(cfd_lane *l)
@@ -144,6 +145,12 @@ void cfd_words_give(cfd_lane *l)
     l->page->free[l->page->nfree++] = (uint16_t)l->slot;
     l->word = NULL;
     l->page = NULL;
+}
+
+bool cfd_words_reached(const cfd_lane *l, uint32_t value)
+{
+    uint32_t v = __atomic_load_n(l->word, __ATOMIC_ACQUIRE);
+    return (int32_t)(v - value) >= 0;
 }
 
 uint32_t cfd_words_next(cfd_lane *l, CUdeviceptr *addr)

@@ -71,7 +71,14 @@ static enum advance advance(struct sim_stream *s, uint64_t now, uint64_t *deadli
         case SIM_OP_SIGNAL:
             sim_syncpoint_incr_locked(op->signal.syncpoint);
             break;
-        case SIM_OP_WRITE:
+        case SIM_OP_WRITE: /* lands SIM_WRITE_LAG_NS after the stream reached it (sim_memops.c) */
+            if (!op->write.at_ns)
+                op->write.at_ns = (s->head_ready_ns > op->enq_ns ? s->head_ready_ns : op->enq_ns) + SIM_WRITE_LAG_NS;
+            if (op->write.at_ns > now) {
+                if (op->write.at_ns < *deadline)
+                    *deadline = op->write.at_ns;
+                return result;
+            }
             __atomic_store_n(op->write.addr, op->write.value, __ATOMIC_RELEASE);
             break;
         case SIM_OP_HOST:
