@@ -9,7 +9,9 @@ Notifier for ``--window`` seconds. Prints the waits, the poller's event
 queries and wakes per second (``cudafd.stats()``'s cumulative counts), and
 the CPU of each of the process's threads (``/proc/self/task``), so that with
 ``bench/c/query_cost.c``'s price of one query on N busy streams the poller's
-CPU can be split between its wakes and its queries.
+CPU can be split between its wakes and its queries; and the waits' lateness
+in the window (resumed minus the kernel's end, from its timing event, as in
+the bench's lateness section).
 """
 from __future__ import annotations
 
@@ -53,19 +55,26 @@ async def run(a: argparse.Namespace) -> None:
     n = cudafd.Notifier()
     stop = False
     waits = [0]
+    late: list[float] = []
+    counting = False
+    kernels.anchor()
 
     async def worker(i: int, s) -> None:  # type: ignore[no-untyped-def]
         rng = random.Random(i)
         while not stop:
             mark = kernels.launch(s, rng.uniform(50e-6, 3000e-6))
             await cudafd.wait(s, notifier=n)
+            if counting:
+                late.append(time.perf_counter() - kernels.end_s(mark))
             kernels.release([mark])
             waits[0] += 1
 
     tasks = [asyncio.ensure_future(worker(i, s)) for i, s in enumerate(streams)]
     await asyncio.sleep(0.3)
     s0, c0, w0, t0 = cudafd.stats(), thread_cpu(), waits[0], time.perf_counter()
+    counting = True
     await asyncio.sleep(a.window)
+    counting = False
     s1, c1, w1, t1 = cudafd.stats(), thread_cpu(), waits[0], time.perf_counter()
     stop = True
     await asyncio.gather(*tasks)
@@ -76,6 +85,12 @@ async def run(a: argparse.Namespace) -> None:
     print(f"{a.loop}, {a.streams} streams, {dt:.2f} s: {(w1 - w0) / dt:.0f} waits/s, "
           f"{(s1['queries'] - s0['queries']) / dt:.0f} poller queries/s, {(s1['wakes'] - s0['wakes']) / dt:.0f} wakes/s, "
           f"{(s1['queries'] - s0['queries']) / max(1, w1 - w0):.1f} queries per wait")
+    late.sort()
+    if late:
+        print(f"  lateness p50 {late[len(late) // 2] * 1e6:.0f} us, p99 {late[int(len(late) * 0.99)] * 1e6:.0f} us "
+              f"over {len(late)} waits")
+    total = sum(c1.values()) - sum(c0.get(k, 0.0) for k in c1)
+    print(f"  process: {total / dt:.3f} cores")
     for k in sorted(c1):
         used = (c1[k] - c0.get(k, 0.0)) / dt
         if used >= 0.005:
