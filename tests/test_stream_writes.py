@@ -1,7 +1,10 @@
-"""The event mechanism's poller asks the driver about a stream's wait when the
-word the GPU writes after the wait's record changes (native/core/words.c), not
-at every step of its schedule; where the driver cannot write it, the poller
-asks at its schedule, and every wait still returns only after its work.
+"""The event mechanism's poller asks the driver about a stream's wait once the
+word the GPU writes just before the wait's record holds the wait's value
+(native/core/words.c), not at every step of its schedule; where the driver
+cannot write it, or the record still reads not done when the word has
+landed, the poller asks at its schedule. Either way every wait returns only
+after its work, and its stream is idle then (the record is the last work of
+ours on it).
 
 Counts, not times: on a loaded machine a late poller asks less, never more.
 """
@@ -21,12 +24,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # schedule would ask each wait every ~100 us (10-40 times). Prints the
 # driver queries per wait and the live counts after the Notifier is closed.
 _CHILD = r"""
-import asyncio, json, random, time
+import asyncio, json, random, sys, time
 import cudafd
 from support import Device, wait_for_zero_counts
 
-async def main(streams):
-    n = cudafd.Notifier("event")
+async def main(streams, budget):
+    n = cudafd.Notifier("event", max_lateness=budget)
     q0 = cudafd.stats()["queries"]
 
     async def worker(i, s):
@@ -43,29 +46,40 @@ async def main(streams):
 
 dev = Device(0)
 streams = [dev.stream() for _ in range(8)]
-per_wait = asyncio.run(main(streams))
+per_wait = asyncio.run(main(streams, float(sys.argv[1])))
 dev.close()
 print(json.dumps({"queries_per_wait": per_wait, "left": wait_for_zero_counts()}))
 """
 
 
-def _run(**env: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, timeout=120,
+def _run(budget: float, **env: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(budget)], capture_output=True, text=True, timeout=120,
                          cwd=HERE, env=child_env(**env))
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def test_the_poller_asks_the_driver_when_the_gpus_write_says_so():
-    res = _run()
+    # a budget longer than the kernels: no wait is old enough for the budget's
+    # query, so one query per wait, once its word landed; more only for a
+    # record a moment behind its word or a poller stalled for a millisecond
+    res = _run(5e-3)
     assert not any(res["left"].values()), res["left"]
-    # one query per wait when its word changes; more only at a backstop (a wait
-    # older than 10 ms on a starved machine) or for a lane's next wait after a pop
     assert res["queries_per_wait"] <= 1.5, res
 
 
 @pytest.mark.skipif(REAL, reason="CUDAFD_SIM_NO_STREAM_WRITES is the simulator's: a GPU's driver writes")
 def test_without_stream_writes_the_poller_asks_at_its_schedule():
-    res = _run(CUDAFD_SIM_NO_STREAM_WRITES="1")
+    res = _run(400e-6, CUDAFD_SIM_NO_STREAM_WRITES="1")
     assert not any(res["left"].values()), res["left"]
     assert res["queries_per_wait"] >= 2, res  # the schedule's steps, however late the poller
+
+
+@pytest.mark.skipif(REAL, reason="CUDAFD_SIM_WRITE_LEAD_US is the simulator's")
+def test_a_record_behind_its_landed_word_is_asked_at_the_schedule():
+    # each stream goes on to the record 20 ms after its word landed: the query
+    # the word prompts finds the record not done, and the schedule's later
+    # queries end the wait, its stream idle
+    res = _run(400e-6, CUDAFD_SIM_WRITE_LEAD_US="20000")
+    assert not any(res["left"].values()), res["left"]
+    assert res["queries_per_wait"] >= 2, res

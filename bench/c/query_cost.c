@@ -14,8 +14,10 @@
  * the thread's CPU per ask (CLOCK_THREAD_CPUTIME_ID).
  *
  * --order N: instead, N times on one stream, a kernel of --order-us us, an
- * event record and a write of the round's number to a word; the thread spins
- * on both and prints which the host saw first and by how much.
+ * event record and a write of the round's number to a word (--write-first 1:
+ * the write, then the record); the thread spins on both and prints which the
+ * host saw first and by how much, and how often the stream itself was not
+ * idle yet (cuStreamQuery) just after the last of them was seen.
  *
  * --contend 1: meanwhile a second thread does what an event loop awaiting
  * kernels on N other streams does: on each of them whose last event has
@@ -102,18 +104,21 @@ static void time_rounds(const char *name, int how, CUresult want)
     free(per);
 }
 
-/* --order: which of (record, write after it) the host sees first. */
-static void order(int n, double kernel_us)
+/* --order: which of a record and a write the host sees first. */
+static void order(int n, double kernel_us, int write_first)
 {
-    int word_first = 0, event_first = 0, same = 0;
+    int word_first = 0, event_first = 0, same = 0, busy = 0;
     double *gap = malloc(sizeof *gap * (size_t)n);
     if (!gap)
         die("malloc", "out of memory");
     for (int i = 0; i < n; i++) {
         uint32_t want = (uint32_t)i + 1;
         SETUP(launch(streams[0], (uint64_t)(kernel_us * 1e3)));
+        if (write_first)
+            SETUP(cu.cuStreamWriteValue32(streams[0], words_dev, want, 0));
         SETUP(cu.cuEventRecord(events[0], streams[0]));
-        SETUP(cu.cuStreamWriteValue32(streams[0], words_dev, want, 0));
+        if (!write_first)
+            SETUP(cu.cuStreamWriteValue32(streams[0], words_dev, want, 0));
         double t_ev = 0, t_word = 0;
         while (!t_ev || !t_word) {
             if (!t_word && words[0] == want)
@@ -121,6 +126,7 @@ static void order(int n, double kernel_us)
             if (!t_ev && cu.cuEventQuery(events[0]) == 0)
                 t_ev = now_s();
         }
+        busy += cu.cuStreamQuery(streams[0]) != 0;
         if (t_word < t_ev)
             word_first++;
         else if (t_ev < t_word)
@@ -130,9 +136,10 @@ static void order(int n, double kernel_us)
         gap[i] = (t_word - t_ev) * 1e6;
     }
     qsort(gap, (size_t)n, sizeof *gap, cmp_double);
-    printf("order: %d rounds of a %.0f us kernel, a record, a write: the word seen first %d times, the event %d, "
-           "at once %d; word minus event, us: p1 %.2f p50 %.2f p99 %.2f\n", n, kernel_us, word_first,
-           event_first, same, pct(gap, n, 0.01), pct(gap, n, 0.5), pct(gap, n, 0.99));
+    printf("order: %d rounds of a %.0f us kernel, %s: the word seen first %d times, the event %d, "
+           "at once %d; word minus event, us: p1 %.2f p50 %.2f p99 %.2f; the stream not idle just after both %d times\n",
+           n, kernel_us, write_first ? "a write, a record" : "a record, a write", word_first, event_first, same,
+           pct(gap, n, 0.01), pct(gap, n, 0.5), pct(gap, n, 0.99), busy);
     free(gap);
 }
 
@@ -192,7 +199,7 @@ int main(int argc, char **argv)
         if (!memops)
             die("--order", "the driver has no stream memory operations");
         SETUP(cu.cuCtxSynchronize());
-        order(order_n, arg_double(argc, argv, "--order-us", 200));
+        order(order_n, arg_double(argc, argv, "--order-us", 200), arg_int(argc, argv, "--write-first", 0));
         return 0;
     }
     if (contend && pthread_create(&launcher, NULL, launcher_main, ctx))

@@ -106,25 +106,28 @@ void cfd_side_release(cfd_side_pool *p, uintptr_t key, int index); /* g.mu held 
 void cfd_side_fill_locked(cfd_side_pool *p, int count);
 void cfd_event_destroy(CUevent ev);
 
-/* ---- words the GPU writes after a stream's work (words.c) ---- */
-struct cfd_lane;
+/* ---- words the GPU writes before a wait's record (words.c) ---- */
 struct cfd_words;
+/* A wait's word: the slot of its context's page and the value its write puts there. */
+typedef struct cfd_word {
+    struct cfd_words *page; /* NULL: none */
+    uint32_t value;
+    uint16_t slot;
+} cfd_word;
 /* Set cx->words to the page of cx's context, registered there (made on the
  * first use), or NULL where the driver cannot map host memory or write it
  * from a stream; once per record until it is retired. Not under g.mu; the
  * context current. */
 void cfd_words_look_up(cfd_ctx *cx);
-/* Give lane l a word of `w` if it has none and one is free. g.mu held. */
-void cfd_words_take(struct cfd_words *w, struct cfd_lane *l);
-void cfd_words_give(struct cfd_lane *l); /* its word back, if it has one; g.mu held */
-/* The value and address of the write that marks a new wait of lane l; g.mu held. */
-uint32_t cfd_words_next(struct cfd_lane *l, CUdeviceptr *addr);
-/* Whether l's word has reached `value` (a write of it, or of a later one, ran). */
-bool cfd_words_reached(const struct cfd_lane *l, uint32_t value);
-/* The write after a wait's record failed: no lane of cx takes a word again
- * (until the record is retired), and the wait's lane l (NULL: gone already)
- * is asked through the driver. g.mu held. */
-void cfd_words_failed(cfd_ctx *cx, struct cfd_lane *l);
+/* A free word of cx's page and a value new to the page for a wait, and the
+ * address the GPU writes it to; false (w->page NULL) where cx has no page or
+ * every word is taken. g.mu held. */
+bool cfd_words_take(cfd_ctx *cx, cfd_word *w, CUdeviceptr *addr);
+void cfd_words_give(cfd_word *w); /* back to its page, if it has one; g.mu held */
+/* Whether w's write has landed: its word holds w's value. */
+bool cfd_words_landed(const cfd_word *w);
+/* A write failed: no wait of cx takes a word until the record is retired. g.mu held. */
+void cfd_words_failed(cfd_ctx *cx);
 
 /* ---- waits and lanes (waits.c) ---- */
 typedef struct cfd_wait {
@@ -147,7 +150,7 @@ typedef struct cfd_wait {
     cfd_syncpt sp;  /* syncfd: its point (sp.rec held through cfd_syncfd_hold_locked), else sp.rec NULL */
     int64_t t0;     /* when it was watched */
     int64_t budget; /* its notifier's max_lateness_ns at the watch */
-    uint32_t wval;  /* the value written to its lane's word after its record (words.c); 0: none */
+    cfd_word word;  /* the event mechanism's word, written just before its record (words.c) */
 } cfd_wait;
 
 /* The waits of one stream in watch order (the poller asks only the head). */
@@ -166,11 +169,7 @@ typedef struct cfd_lane {
     int64_t since;     /* when the current head became head */
     int64_t next_poll; /* when the poller asks it next */
     int64_t step;      /* the interval that planned next_poll (0: ask at once) */
-    /* its word (words.c), where it has one: written after each wait's record */
-    volatile uint32_t *word;
-    struct cfd_words *page;
-    int slot;
-    int64_t queried; /* when the poller last asked the driver about it */
+    int64_t queried;   /* when the poller last asked the driver about its head */
 } cfd_lane;
 
 /* The lane kind of a spin notifier's waits while its caller asks about them

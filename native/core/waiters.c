@@ -10,8 +10,9 @@
  *    the GPU writes), but it is not free: 0.35 us of the poller's CPU with
  *    the driver's default 8 hardware queues, 1.4 us with 32, against ~8 us
  *    for a wake (H200). On one stream the wakes dominate; on 64 streams
- *    with 32 queues the queries are most of the poller's CPU
- *    (docs/performance.md, "Asking by a word in host memory").
+ *    with 32 queues queries at every step would be most of the poller's
+ *    CPU, hence the words below (docs/performance.md, "Asking by a word in
+ *    host memory").
  *  - A thread woken from a sleep in a VM comes back 10-50 us late when woken
  *    by another thread, but a short timed sleep (1 us of timer slack) is
  *    prompt, and it costs the sleeping thread only its own few microseconds
@@ -41,6 +42,16 @@
  * waits whose callers ask about them themselves (CFD_LANE_ASKED, ask.c) are
  * asked every max(budget, ASKED_BACKSTOP_NS): a backstop, and the popping of
  * the waits the callers took.
+ *
+ * Waits with a word (words.c: the event mechanism's waits on a stream, where
+ * the driver can write host memory from a stream). The poller still wakes at
+ * the schedule above, but at a wake it reads the head's word instead of
+ * asking the driver, and asks only once the word holds the head's value (its
+ * write, just before its record, landed), or when a budget has passed since
+ * it last asked the lane: so about one query per wait, each wake a few
+ * memory reads, and a fault (the write never lands) found within the budget
+ * as without words. A head whose word landed but whose record still reads
+ * not done is asked at the schedule from then on.
  *
  * Why these numbers (H200 host, bench/policy_sweep.py):
  * each wake of the poller costs ~8 us of CPU there, and handing a completion
@@ -102,12 +113,6 @@
  * asked at most this often: a backstop for a caller that stops asking, and
  * the reaping of the waits they took, never the way their waits end. */
 #define ASKED_BACKSTOP_NS (10LL * 1000 * 1000)
-/* A lane with a word (words.c) whose word has not changed is asked through
- * the driver at most this often, or every max_lateness if that is longer:
- * the backstop for a write that never comes (a fault stops the stream; the
- * driver reports a fault 126-166 ms after the faulting launch on an H200). */
-#define WORD_BACKSTOP_NS (10LL * 1000 * 1000)
-
 static void *poller_main(void *arg);
 
 static cfd_lane *active; /* lanes with waits, doubly linked via lprev/lnext; g.mu */
@@ -239,15 +244,12 @@ static void plan(cfd_lane *l, int64_t now)
     l->next_poll = now + l->step;
 }
 
-/* Whether to ask the driver about the head of a lane with a word now
- * (words.c): once the head's own write ran, else when it is due and its
- * backstop has come. g.mu held. */
+/* Whether to ask the driver about a lane's head that has a word (words.c):
+ * once its write landed, else when it is due and a budget has passed since
+ * the lane was last asked. g.mu held. */
 static bool word_says_ask(const cfd_lane *l, int64_t now, bool due)
 {
-    if (cfd_words_reached(l, l->head->wval))
-        return true;
-    int64_t backstop = WORD_BACKSTOP_NS > lane_budget(l) ? WORD_BACKSTOP_NS : lane_budget(l);
-    return due && now - l->queried >= backstop;
+    return cfd_words_landed(&l->head->word) || (due && now - l->queried >= lane_budget(l));
 }
 
 int cfd_lane_activate(cfd_lane *l)
@@ -327,13 +329,13 @@ static void *poller_main(void *arg)
                 snap[k++] = (struct snap){l, h->ev, h->cx->ctx, 0, true,
                                           cfd_syncfd_known_passed_locked(h->sp.rec, h->sp.thr), h->sp.id, h->sp.thr};
                 l->sync_due = false;
-            } else if (k < SNAP_MAX && l->word && l->head->wval) { /* its word says whether to ask (words.c) */
+            } else if (k < SNAP_MAX && l->head->word.page) { /* its word says when to ask (words.c) */
                 bool due = l->next_poll - l->step / COALESCE_DIV <= now;
                 if (word_says_ask(l, now, due)) {
                     snap[k++] = (struct snap){l, l->head->ev, l->head->cx->ctx, 0, false, false, 0, 0};
                     continue;
                 }
-                if (due) /* running: asked by its word again at the schedule's next step */
+                if (due) /* running: its word read again at the schedule's next step */
                     plan(l, now);
                 if (l->next_poll < next)
                     next = l->next_poll;
@@ -389,6 +391,10 @@ static void *poller_main(void *arg)
             }
             l->queried = now;
             if (snap[i].r == CUDA_ERROR_NOT_READY) {
+                cfd_wait *h = l->head;
+                if (h->word.page && cfd_words_landed(&h->word))
+                    cfd_words_give(&h->word); /* its record a moment behind (or work of the caller's
+                                                 * between): the schedule asks it from now on */
                 plan(l, now);
                 continue;
             }

@@ -67,6 +67,7 @@ static cfd_wait *wait_alloc(void)
 
 static void wait_free(cfd_wait *w)
 {
+    cfd_words_give(&w->word);
     w->token &= 0xffffffffu; /* keep the slot, drop the generation */
     w->next = free_waits;
     free_waits = w;
@@ -246,7 +247,6 @@ cfd_lane *cfd_lane_get(CUcontext ctx, uintptr_t stream, uint64_t thread, int mec
 
 void cfd_lane_free(cfd_lane *l)
 {
-    cfd_words_give(l);
     cfd_lane **link = &lane_table[lane_hash(l->ctx, l->stream, l->thread, l->mech)];
     while (*link != l)
         link = &(*link)->hnext;

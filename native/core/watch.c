@@ -3,8 +3,9 @@
  * event, cancel a wait, and ask whether work is already done.
  *
  * A watch makes the stream's context current if it is not (and restores the
- * caller's after), records a pooled event at the stream's end, and appends a
- * wait to the stream's lane, in two short critical sections. Errors from the
+ * caller's after), writes the event mechanism's word (words.c) and records a
+ * pooled event at the stream's end, and appends a wait to the stream's lane,
+ * in two short critical sections. Errors from the
  * driver go back to the caller; a sticky one is also reported to every
  * other wait of the context (cfd_note_fault).
  */
@@ -30,12 +31,11 @@ static uint64_t this_thread(void) { return (uint64_t)syscall(SYS_gettid); }
 
 /* Queue a wait for a recorded pooled event on the lane of (ctx, stream key).
  * `side` (>= 0): the side stream held for `side_key`, which the wait takes
- * over; on failure it is released here. `word` (a stream's wait of the event
- * mechanism): where the caller is to write *value after the record, or 0
- * (words.c). */
+ * over; on failure it is released here. `word` (NULL or no page: none): the
+ * word written before the record, which the wait takes over (given back
+ * here on failure). */
 static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t thread, CUevent ev,
-                   int side, uintptr_t side_key, const cfd_syncpt *sp, uint64_t *token, CUdeviceptr *word,
-                   uint32_t *value)
+                   int side, uintptr_t side_key, const cfd_syncpt *sp, uint64_t *token, cfd_word *word)
 {
     pthread_mutex_lock(&g.mu);
     int rc = CUDAFD_OK;
@@ -52,15 +52,17 @@ static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t t
             w->sp = *sp;
             cfd_syncfd_hold_locked(sp->rec, 1);
         }
+        if (word) {
+            w->word = *word;
+            word->page = NULL;
+        }
     } else if (side >= 0) {
         cfd_side_release(&cx->side, side_key, side);
     }
     if (word)
-        *word = 0;
+        cfd_words_give(word);
     if (rc == CUDAFD_OK) {
         w->lane = l;
-        if (word && l->mech == CUDAFD_MECH_EVENT)
-            cfd_words_take(cx->words, l);
         bool was_empty = !l->head;
         if (l->tail)
             l->tail->next = w;
@@ -83,8 +85,6 @@ static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t t
         if (w->sp.rec && cfd_syncfd_arm_locked(&w->sp))
             cfd_wake_poller();
         *token = w->token;
-        if (word && l->word)
-            w->wval = *value = cfd_words_next(l, word);
         cfd_ctx_release(cx); /* the wait holds the record now: drop the caller's hold */
     }
     pthread_mutex_unlock(&g.mu);
@@ -92,8 +92,9 @@ static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t t
 }
 
 /* The context's record, held while a watch is set up (and, if `pooled` is
- * given, an idle event from its pool, in the same critical section). */
-static cfd_ctx *ctx_record(CUcontext ctx, CUevent *pooled)
+ * given, an idle event from its pool, and if `word` is, a word of its page
+ * where it has been looked up, in the same critical section). */
+static cfd_ctx *ctx_record(CUcontext ctx, CUevent *pooled, cfd_word *word, CUdeviceptr *addr)
 {
     pthread_mutex_lock(&g.mu);
     cfd_ctx *cx = cfd_ctx_get(ctx);
@@ -101,6 +102,8 @@ static cfd_ctx *ctx_record(CUcontext ctx, CUevent *pooled)
         cx->nwaits++;
         if (pooled)
             *pooled = cfd_ctx_take_event(cx);
+        if (word && cx->words_known)
+            cfd_words_take(cx, word, addr);
     }
     pthread_mutex_unlock(&g.mu);
     if (!cx)
@@ -108,9 +111,31 @@ static cfd_ctx *ctx_record(CUcontext ctx, CUevent *pooled)
     return cx;
 }
 
-static void ctx_unhold(cfd_ctx *cx)
+/* Write a wait's word on `stream`, before its record (words.c); the word is
+ * taken here if ctx_record could not, its context's page not looked up yet.
+ * A write that fails leaves this wait, and the context's later ones, without
+ * a word. cx->ctx current. */
+static void write_word(cfd_ctx *cx, CUstream stream, cfd_word *word, CUdeviceptr addr)
+{
+    if (!word->page && !__atomic_load_n(&cx->words_known, __ATOMIC_ACQUIRE)) {
+        cfd_words_look_up(cx);
+        pthread_mutex_lock(&g.mu);
+        cfd_words_take(cx, word, &addr);
+        pthread_mutex_unlock(&g.mu);
+    }
+    if (word->page && cu.cuStreamWriteValue32(stream, addr, word->value, 0) != CUDA_SUCCESS) {
+        pthread_mutex_lock(&g.mu);
+        cfd_words_failed(cx);
+        cfd_words_give(word);
+        pthread_mutex_unlock(&g.mu);
+    }
+}
+
+static void ctx_unhold(cfd_ctx *cx, cfd_word *word)
 {
     pthread_mutex_lock(&g.mu);
+    if (word)
+        cfd_words_give(word);
     cfd_ctx_release(cx);
     if (g.nopen == 0)
         cfd_quiesce_locked();
@@ -173,8 +198,11 @@ static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, i
     if ((rc = enter_stream_ctx(n, stream, &ctx, &pushed)) != CUDAFD_OK)
         return rc;
     bool hostfunc = n->mech == CUDAFD_MECH_HOSTFUNC;
+    bool words = n->mech == CUDAFD_MECH_EVENT;
     CUevent taken = NULL;
-    cfd_ctx *cx = ctx_record(ctx, hostfunc ? NULL : &taken);
+    cfd_word word = {NULL, 0, 0};
+    CUdeviceptr addr = 0;
+    cfd_ctx *cx = ctx_record(ctx, hostfunc ? NULL : &taken, words ? &word : NULL, &addr);
     if (!cx) {
         cfd_leave_ctx(pushed);
         return CUDAFD_E_NOMEM;
@@ -193,22 +221,14 @@ static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, i
                 cfd_ctx_give_event(cx, taken);
             pthread_mutex_unlock(&g.mu);
         } else {
-            if (n->mech == CUDAFD_MECH_EVENT)
-                cfd_words_look_up(cx);
+            if (words)
+                write_word(cx, (CUstream)stream, &word, addr);
             rc = cfd_record(cx, (CUstream)stream, taken, &ev);
         }
         if (rc == CUDAFD_OK) {
-            CUdeviceptr word = 0;
-            uint32_t value = 0;
-            rc = enqueue(n, cx, key, thread, ev, -1, 0, &sp, token, &word, &value);
+            rc = enqueue(n, cx, key, thread, ev, -1, 0, &sp, token, &word);
             cfd_syncfd_signal_end(&sp);
             if (rc == CUDAFD_OK) { /* the common path: two critical sections in all */
-                if (word && cu.cuStreamWriteValue32((CUstream)stream, word, value, 0) != CUDA_SUCCESS) {
-                    pthread_mutex_lock(&g.mu); /* the wait is asked through the driver instead */
-                    cfd_wait *w = cfd_wait_lookup(*token);
-                    cfd_words_failed(cx, w ? w->lane : NULL);
-                    pthread_mutex_unlock(&g.mu);
-                }
                 cfd_leave_ctx(pushed);
                 return fence_for(n, &sp, *token, fence_fd);
             }
@@ -221,7 +241,7 @@ static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, i
         cfd_note_fault(cx, cudafd_last_cuda_error());
         pthread_mutex_unlock(&g.mu);
     }
-    ctx_unhold(cx);
+    ctx_unhold(cx, &word); /* (a failed record leaves its word's write queued: words.c says why that is harmless) */
     return rc;
 }
 
@@ -234,7 +254,7 @@ CFD_API int cudafd_prepare(cudafd_notifier *n, uintptr_t stream)
     bool pushed;
     if ((rc = enter_stream_ctx(n, stream, &ctx, &pushed)) != CUDAFD_OK)
         return rc;
-    cfd_ctx *cx = ctx_record(ctx, NULL);
+    cfd_ctx *cx = ctx_record(ctx, NULL, NULL, NULL);
     if (cx) {
         pthread_mutex_lock(&g.mu); /* the record is held: it outlives the unlocked fills */
         if (!cx->side.filled || cx->side.filling)
@@ -244,7 +264,7 @@ CFD_API int cudafd_prepare(cudafd_notifier *n, uintptr_t stream)
     cfd_leave_ctx(pushed);
     if (!cx)
         return CUDAFD_E_NOMEM;
-    ctx_unhold(cx);
+    ctx_unhold(cx, NULL);
     return CUDAFD_OK;
 }
 
@@ -306,7 +326,7 @@ static int watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token, int
         r = CUDA_SUCCESS; /* a sticky fault: let the wait report it */
     if (r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_CONTEXT_IS_DESTROYED)
         return cfd_fail_cuda(r, "cuEventQuery (is this a live event?)");
-    cfd_ctx *cx = ctx_record(ctx, NULL);
+    cfd_ctx *cx = ctx_record(ctx, NULL, NULL, NULL);
     if (!cx)
         return CUDAFD_E_NOMEM;
     if (n->mech == CUDAFD_MECH_HOSTFUNC) {
@@ -327,7 +347,7 @@ static int watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token, int
         if (rc == CUDAFD_OK)
             rc = cfd_record(cx, side, NULL, &ev);
         if (rc == CUDAFD_OK) { /* enqueue takes over the side stream, even when it fails */
-            rc = enqueue(n, cx, (uintptr_t)side, 0, ev, side_index, event, &sp, token, NULL, NULL);
+            rc = enqueue(n, cx, (uintptr_t)side, 0, ev, side_index, event, &sp, token, NULL);
             cfd_syncfd_signal_end(&sp);
             if (rc == CUDAFD_OK)
                 return fence_for(n, &sp, *token, fence_fd); /* enqueue dropped the record's hold too */
@@ -338,7 +358,7 @@ static int watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token, int
         }
         cfd_syncfd_signal_end(&sp);
     }
-    ctx_unhold(cx);
+    ctx_unhold(cx, NULL);
     return rc;
 }
 

@@ -1,6 +1,6 @@
 /*
- * words.c - words in host memory that the GPU writes after a stream's work:
- * they tell the poller which lanes to ask the driver about.
+ * words.c - words in host memory that the GPU writes just before a wait's
+ * record: they tell the poller when to ask the driver about the wait.
  *
  * Facts relied on (an H200, docs/performance.md):
  *  - A driver query (cuEventQuery) costs the asking thread 0.35 us with the
@@ -8,30 +8,37 @@
  *    streams the poller's queries are most of its CPU; reading a word the
  *    GPU wrote costs a few ns.
  *  - cuStreamWriteValue32 (default flags) runs when the stream reaches it,
- *    after the work enqueued before it, the watch's record included.
+ *    after the work enqueued before it, and the work after it runs after it.
+ *    The host may see the word before an event recorded after it reads done,
+ *    and the stream is busy until that record is: so the write comes before
+ *    the record, which stays the last work of ours on the caller's stream (a
+ *    stream is idle once its wait returns), and a record that reads done
+ *    means its write landed.
  *
- * A word is a hint, never an answer. Each watch writes a value new to its
- * page (one counter per page, handed out under g.mu in watch order) to its
- * lane's word after its record; a lane is asked through the driver once its
- * word has reached its head's value (the head's own write ran, so its record
- * did, and the stream holds nothing of ours after it), and only the event
- * query says whether the head is over or failed. A lane whose head's write
- * has not run is taken to be running, but is asked through the driver anyway
- * every max(max_lateness, WORD_BACKSTOP_NS) (waiters.c). A write that never
- * comes (a fault stops the stream) is found by the backstop's query; a late
- * write of a lane that had the word before carries an older value, which
- * the head's does not count as reached (values compare modulo 2^32).
+ * A word is a hint, never an answer. Each wait of the event mechanism on a
+ * stream takes a word of its context's page and a value new to the page
+ * (one counter per page, under g.mu) and writes the value there just before
+ * its record. The poller asks the driver about a lane's head once the head's
+ * word holds its value, and at least every max_lateness anyway (waiters.c);
+ * only the event query says whether the wait is over or failed. A fault
+ * stops the stream, so its write never comes: the max_lateness query finds
+ * the fault. A word is given back when its wait ends, which (the record read
+ * done) is after its write landed, but for a wait dropped unfinished (its
+ * write may land later): such a late write carries an older value than the
+ * word's next wait writes, so it never reads as that wait's, and can at most
+ * hide that wait's write, which leaves it to the max_lateness query.
  *
  * Life. A page is memory of the core's own (not cuMemHostAlloc's, which goes
  * with its context), registered in its context with cuMemHostRegister and
  * never unregistered or freed: a write may be queued at any time, and a GPU
  * write to memory no longer mapped is a fault in the caller's context. Pages
- * stay in a list by context for the process's life (one per context: 4 KiB);
- * a context record made again, or used again after all notifiers closed,
- * checks its page is still mapped there (a context destroyed and made again
- * at the same handle lost the registration) and registers it again if not.
- * Where the driver lacks the three entry points, or registering or a write
- * fails, the lanes go back to asking the driver at their schedule.
+ * stay in a list by context for the process's life (one per context: 4 KiB,
+ * 1024 waits with a word at once; more wait without one); a context record
+ * made again, or used again after all notifiers closed, checks its page is
+ * still mapped there (a context destroyed and made again at the same handle
+ * lost the registration) and registers it again if not. Where the driver
+ * lacks the three entry points, or registering or a write fails, waits go
+ * without words and are asked at the schedule's every step.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +46,7 @@
 #include "internal.h"
 
 #define WORDS_PAGE 4096
-#define WORDS_PER_PAGE ((int)(WORDS_PAGE / sizeof(uint32_t))) /* lanes of one context with a word at once */
+#define WORDS_PER_PAGE ((int)(WORDS_PAGE / sizeof(uint32_t))) /* waits of one context with a word at once */
 
 struct cfd_words {
     CUcontext ctx;
@@ -128,43 +135,35 @@ void cfd_words_look_up(cfd_ctx *cx)
     pthread_mutex_unlock(&g.mu);
 }
 
-void cfd_words_take(struct cfd_words *w, cfd_lane *l)
+bool cfd_words_take(cfd_ctx *cx, cfd_word *w, CUdeviceptr *addr)
 {
-    if (l->word || !w || !w->dev || w->nfree == 0)
+    struct cfd_words *p = cx->words;
+    w->page = NULL;
+    if (!p || !p->dev || p->nfree == 0)
+        return false;
+    w->page = p;
+    w->slot = p->free[--p->nfree];
+    if (++p->value == 0) /* (a word starts at 0) */
+        ++p->value;
+    w->value = p->value;
+    *addr = p->dev + (CUdeviceptr)w->slot * sizeof(uint32_t);
+    return true;
+}
+
+void cfd_words_give(cfd_word *w)
+{
+    if (!w->page)
         return;
-    int slot = w->free[--w->nfree];
-    l->slot = slot;
-    l->page = w;
-    l->word = &w->host[slot];
+    w->page->free[w->page->nfree++] = w->slot;
+    w->page = NULL;
 }
 
-void cfd_words_give(cfd_lane *l)
+bool cfd_words_landed(const cfd_word *w)
 {
-    if (!l->word)
-        return;
-    l->page->free[l->page->nfree++] = (uint16_t)l->slot;
-    l->word = NULL;
-    l->page = NULL;
+    return __atomic_load_n(&w->page->host[w->slot], __ATOMIC_ACQUIRE) == w->value;
 }
 
-bool cfd_words_reached(const cfd_lane *l, uint32_t value)
-{
-    uint32_t v = __atomic_load_n(l->word, __ATOMIC_ACQUIRE);
-    return (int32_t)(v - value) >= 0;
-}
-
-uint32_t cfd_words_next(cfd_lane *l, CUdeviceptr *addr)
-{
-    struct cfd_words *w = l->page;
-    if (++w->value == 0) /* (a word starts at 0) */
-        ++w->value;
-    *addr = w->dev + (CUdeviceptr)l->slot * sizeof(uint32_t);
-    return w->value;
-}
-
-void cfd_words_failed(cfd_ctx *cx, cfd_lane *l)
+void cfd_words_failed(cfd_ctx *cx)
 {
     cx->words = NULL;
-    if (l)
-        cfd_words_give(l);
 }

@@ -5,9 +5,11 @@
  * As on a GPU with unified addressing, a registered range's device address
  * is its host address. A write is a stream operation like a record: it lands
  * SIM_WRITE_LAG_NS after the stream reached it (sim_sched.c stores the
- * value then; an H200 let the host see an event recorded just before a
- * write done while the write had not landed yet), and a fault drops it with
- * the rest of the queue, so it never runs. A write outside
+ * value then), and the stream goes on to the work after it
+ * $CUDAFD_SIM_WRITE_LEAD_US (default SIM_WRITE_LEAD_NS) after that, as on an
+ * H200, whose host sees a write up to a few microseconds before events
+ * recorded around it read done; a fault drops it with the rest of the queue,
+ * so it never runs. A write outside
  * every registered range is refused at the enqueue (a GPU would fault when
  * it ran). $CUDAFD_SIM_NO_STREAM_WRITES makes every write fail with
  * CUDA_ERROR_NOT_SUPPORTED, as on a device without stream memory operations.
