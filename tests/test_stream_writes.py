@@ -60,10 +60,10 @@ def _run(budget: float, **env: str) -> dict:
 
 
 def test_the_poller_asks_the_driver_when_the_gpus_write_says_so():
-    # a budget longer than the kernels: no wait is old enough for the budget's
-    # query, so one query per wait, once its word landed; more only for a
-    # record a moment behind its word or a poller stalled for a millisecond
-    res = _run(5e-3)
+    # kernels shorter than the 10 ms backstop: one query per wait, once its
+    # word changed; more only for a record a moment behind its word, or a wait
+    # made longer than 10 ms by a stalled machine
+    res = _run(400e-6)
     assert not any(res["left"].values()), res["left"]
     assert res["queries_per_wait"] <= 1.5, res
 
@@ -83,3 +83,51 @@ def test_a_record_behind_its_landed_word_is_asked_at_the_schedule():
     res = _run(400e-6, CUDAFD_SIM_WRITE_LEAD_US="20000")
     assert not any(res["left"].values()), res["left"]
     assert res["queries_per_wait"] >= 2, res
+
+
+# A wait dropped unfinished (its notifier closed, the last one) leaves its
+# write queued; the next wait to take its word sees the word change when that
+# write lands, long before its own work is over. The query then finds it not
+# done and the schedule takes over: it ends after its work, not before, and
+# its budget of 0.2 s (backstop 0.2 s) shows the extra queries.
+_LATE_WRITE = r"""
+import asyncio, json, time
+import cudafd
+from support import Device, live_counts, wait_for_zero_counts
+
+dev = Device(0)
+a, b = dev.stream(), dev.stream()
+n = cudafd.Notifier("event")
+a.launch(0.05)
+token = n.watch(a)
+n.close()
+assert [t for t, _ in n.drain()] == [token]  # reported closed: the native notifier goes
+deadline = time.monotonic() + 10
+while any(live_counts()[k] for k in ("pending", "threads")) and time.monotonic() < deadline:
+    time.sleep(0.001)
+assert not a.idle(), "the dropped wait's work ended before the next wait was made"
+
+async def main():
+    n2 = cudafd.Notifier("event", max_lateness=0.2)
+    b.launch(0.1)
+    q0, t0 = cudafd.stats()["queries"], time.monotonic()
+    await n2.wait(b)
+    took, queries = time.monotonic() - t0, cudafd.stats()["queries"] - q0
+    assert b.idle(), "a wait returned before its work"
+    n2.close()
+    return took, queries
+
+took, queries = asyncio.run(main())
+dev.close()
+print(json.dumps({"took": took, "queries": queries, "left": wait_for_zero_counts()}))
+"""
+
+
+def test_a_late_write_into_a_taken_word_ends_no_wait_early():
+    out = subprocess.run([sys.executable, "-c", _LATE_WRITE], capture_output=True, text=True, timeout=120,
+                         cwd=HERE, env=child_env())
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not any(res["left"].values()), res["left"]
+    assert res["took"] >= 0.09, res
+    assert res["queries"] >= 2, res  # the late write's query, then the schedule's

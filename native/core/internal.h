@@ -108,10 +108,11 @@ void cfd_event_destroy(CUevent ev);
 
 /* ---- words the GPU writes before a wait's record (words.c) ---- */
 struct cfd_words;
-/* A wait's word: the slot of its context's page and the value its write puts there. */
+/* A wait's word: the slot of its context's page, the value its write puts
+ * there, and what the slot held when the wait took it. */
 typedef struct cfd_word {
     struct cfd_words *page; /* NULL: none */
-    uint32_t value;
+    uint32_t value, before;
     uint16_t slot;
 } cfd_word;
 /* Set cx->words to the page of cx's context, registered there (made on the
@@ -124,8 +125,9 @@ void cfd_words_look_up(cfd_ctx *cx);
  * every word is taken. g.mu held. */
 bool cfd_words_take(cfd_ctx *cx, cfd_word *w, CUdeviceptr *addr);
 void cfd_words_give(cfd_word *w); /* back to its page, if it has one; g.mu held */
-/* Whether w's write has landed: its word holds w's value. */
-bool cfd_words_landed(const cfd_word *w);
+/* Whether w's word changed since it was taken: its write landed (or a late
+ * write of a wait that had the word before). */
+bool cfd_words_changed(const cfd_word *w);
 /* A write failed: no wait of cx takes a word until the record is retired. g.mu held. */
 void cfd_words_failed(cfd_ctx *cx);
 

@@ -200,7 +200,7 @@ static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, i
     bool hostfunc = n->mech == CUDAFD_MECH_HOSTFUNC;
     bool words = n->mech == CUDAFD_MECH_EVENT;
     CUevent taken = NULL;
-    cfd_word word = {NULL, 0, 0};
+    cfd_word word = {NULL, 0, 0, 0};
     CUdeviceptr addr = 0;
     cfd_ctx *cx = ctx_record(ctx, hostfunc ? NULL : &taken, words ? &word : NULL, &addr);
     if (!cx) {

@@ -16,17 +16,18 @@
  *    means its write landed.
  *
  * A word is a hint, never an answer. Each wait of the event mechanism on a
- * stream takes a word of its context's page and a value new to the page
- * (one counter per page, under g.mu) and writes the value there just before
- * its record. The poller asks the driver about a lane's head once the head's
- * word holds its value, and at least every max_lateness anyway (waiters.c);
- * only the event query says whether the wait is over or failed. A fault
- * stops the stream, so its write never comes: the max_lateness query finds
- * the fault. A word is given back when its wait ends, which (the record read
- * done) is after its write landed, but for a wait dropped unfinished (its
- * write may land later): such a late write carries an older value than the
- * word's next wait writes, so it never reads as that wait's, and can at most
- * hide that wait's write, which leaves it to the max_lateness query.
+ * stream takes a free word of its context's page, notes what it holds, and
+ * writes a value new to the page there (one counter per page, under g.mu)
+ * just before its record. The poller asks the driver about a lane's head
+ * once the head's word changed, and every max(max_lateness, 10 ms) anyway
+ * (waiters.c); only the event query says whether the wait is over or failed.
+ * A fault stops the stream, so its write never comes: the backstop's query
+ * finds the fault. A word is given back when its wait ends, which (its
+ * record read done) is after its write landed, but for a wait dropped
+ * unfinished, whose write may land later, into a word another wait has
+ * taken since: that changes the word too, so the other wait is asked then
+ * (its record most likely not done yet, it is then asked at the schedule),
+ * never later than its own write would have made it.
  *
  * Life. A page is memory of the core's own (not cuMemHostAlloc's, which goes
  * with its context), registered in its context with cuMemHostRegister and
@@ -146,6 +147,7 @@ bool cfd_words_take(cfd_ctx *cx, cfd_word *w, CUdeviceptr *addr)
     if (++p->value == 0) /* (a word starts at 0) */
         ++p->value;
     w->value = p->value;
+    w->before = __atomic_load_n(&p->host[w->slot], __ATOMIC_ACQUIRE);
     *addr = p->dev + (CUdeviceptr)w->slot * sizeof(uint32_t);
     return true;
 }
@@ -158,9 +160,9 @@ void cfd_words_give(cfd_word *w)
     w->page = NULL;
 }
 
-bool cfd_words_landed(const cfd_word *w)
+bool cfd_words_changed(const cfd_word *w)
 {
-    return __atomic_load_n(&w->page->host[w->slot], __ATOMIC_ACQUIRE) == w->value;
+    return __atomic_load_n(&w->page->host[w->slot], __ATOMIC_ACQUIRE) != w->before;
 }
 
 void cfd_words_failed(cfd_ctx *cx)
