@@ -22,7 +22,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 # 8 streams, each a task looping over (a 1-4 ms kernel, await) 20 times: the
 # schedule would ask each wait every ~100 us (10-40 times). Prints the
-# driver queries per wait and the live counts after the Notifier is closed.
+# driver queries, what the words allow (per wait: one once its word changed,
+# one more for a record a moment behind its word, and one per 10 ms backstop
+# of its length as measured, which a GPU shared with other processes or a
+# loaded machine may stretch), the number of waits, and the
+# live counts after the Notifier is closed.
 _CHILD = r"""
 import asyncio, json, random, sys, time
 import cudafd
@@ -31,24 +35,28 @@ from support import Device, wait_for_zero_counts
 async def main(streams, budget):
     n = cudafd.Notifier("event", max_lateness=budget)
     q0 = cudafd.stats()["queries"]
+    allowed = 0.0
 
     async def worker(i, s):
+        nonlocal allowed
         rng = random.Random(i)
         for _ in range(20):
+            t0 = time.monotonic()
             s.launch(rng.uniform(1e-3, 4e-3))
             await n.wait(s)
+            allowed += 2 + (time.monotonic() - t0) / max(budget, 0.01)
             assert s.idle(), "a wait returned before its work"
 
     await asyncio.gather(*(worker(i, s) for i, s in enumerate(streams)))
     q1 = cudafd.stats()["queries"]
     n.close()
-    return (q1 - q0) / (20 * len(streams))
+    return q1 - q0, allowed, 20 * len(streams)
 
 dev = Device(0)
 streams = [dev.stream() for _ in range(8)]
-per_wait = asyncio.run(main(streams, float(sys.argv[1])))
+queries, allowed, waits = asyncio.run(main(streams, float(sys.argv[1])))
 dev.close()
-print(json.dumps({"queries_per_wait": per_wait, "left": wait_for_zero_counts()}))
+print(json.dumps({"queries": queries, "allowed": allowed, "waits": waits, "left": wait_for_zero_counts()}))
 """
 
 
@@ -60,19 +68,16 @@ def _run(budget: float, **env: str) -> dict:
 
 
 def test_the_poller_asks_the_driver_when_the_gpus_write_says_so():
-    # kernels shorter than the 10 ms backstop: one query per wait, once its
-    # word changed; more only for a record a moment behind its word, or a wait
-    # made longer than 10 ms by a stalled machine
     res = _run(400e-6)
     assert not any(res["left"].values()), res["left"]
-    assert res["queries_per_wait"] <= 1.5, res
+    assert res["queries"] <= res["allowed"], res
 
 
 @pytest.mark.skipif(REAL, reason="CUDAFD_SIM_NO_STREAM_WRITES is the simulator's: a GPU's driver writes")
 def test_without_stream_writes_the_poller_asks_at_its_schedule():
     res = _run(400e-6, CUDAFD_SIM_NO_STREAM_WRITES="1")
     assert not any(res["left"].values()), res["left"]
-    assert res["queries_per_wait"] >= 2, res  # the schedule's steps, however late the poller
+    assert res["queries"] >= 2 * res["waits"], res  # the schedule's steps, however late the poller
 
 
 @pytest.mark.skipif(REAL, reason="CUDAFD_SIM_WRITE_LEAD_US is the simulator's")
@@ -82,7 +87,7 @@ def test_a_record_behind_its_landed_word_is_asked_at_the_schedule():
     # queries end the wait, its stream idle
     res = _run(400e-6, CUDAFD_SIM_WRITE_LEAD_US="20000")
     assert not any(res["left"].values()), res["left"]
-    assert res["queries_per_wait"] >= 2, res
+    assert res["queries"] >= 2 * res["waits"], res
 
 
 # A wait dropped unfinished (its notifier closed, the last one) leaves its
