@@ -10,7 +10,6 @@
 #ifndef CUDAFD_CUDA_ABI_H
 #define CUDAFD_CUDA_ABI_H
 
-#include <stddef.h>
 #include <stdint.h>
 
 typedef int CUresult;
@@ -44,7 +43,6 @@ typedef void (*CUhostFn)(void *user_data);
 #define CUDA_ERROR_INVALID_PC           718
 #define CUDA_ERROR_LAUNCH_FAILED        719
 #define CUDA_ERROR_NOT_SUPPORTED        801
-#define CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED 712
 #define CUDA_ERROR_UNKNOWN              999
 
 /* Flags. */
@@ -132,24 +130,13 @@ typedef struct CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st {
     unsigned int reserved[16];
 } CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS;
 
-/* Host memory the GPU writes (words.c): the flags of cuMemHostRegister. */
-typedef unsigned long long CUdeviceptr;
-#define CU_MEMHOSTREGISTER_PORTABLE   0x01
-#define CU_MEMHOSTREGISTER_DEVICEMAP  0x02
-
 /* Optional entry points: absent from drivers without NvSciSync (x86), which
  * only makes the syncfd mechanism unavailable (its probe names the step);
  * without the primary context's three, side streams in a primary context
  * hold no reference to it (contexts.c); without cuStreamGetId (before CUDA
- * 12.0) a stream's waits are keyed by its handle alone (watch.c); without
- * the three of mapped host memory and stream writes the poller asks the
- * driver about every wait (words.c). */
+ * 12.0) a stream's waits are keyed by its handle alone (watch.c). */
 #define CUDAFD_DRIVER_OPTIONAL_ENTRY_POINTS(X)                                                 \
     X(cuStreamGetId, (CUstream stream, unsigned long long *id))                                \
-    X(cuMemHostRegister, (void *p, size_t bytes, unsigned int flags))                          \
-    X(cuMemHostGetDevicePointer, (CUdeviceptr * dptr, void *p, unsigned int flags))            \
-    X(cuStreamWriteValue32, (CUstream stream, CUdeviceptr addr, unsigned int value,            \
-                             unsigned int flags))                                              \
     X(cuDevicePrimaryCtxRetain, (CUcontext * ctx, CUdevice dev))                               \
     X(cuDevicePrimaryCtxRelease, (CUdevice dev))                                               \
     X(cuDevicePrimaryCtxGetState, (CUdevice dev, unsigned int *flags, int *active))            \

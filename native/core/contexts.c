@@ -177,8 +177,6 @@ static void retire(cfd_ctx *cx)
     for (int i = 0; i < cx->npool; i++)
         cfd_event_destroy(cx->pool[i]);
     cx->npool = 0;
-    cx->words = NULL; /* looked up again at the next use: the context may be gone by then (words.c) */
-    __atomic_store_n(&cx->words_known, false, __ATOMIC_RELEASE);
     if (has_streams(&cx->side))
         cx->side.kept = true;
 }

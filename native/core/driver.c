@@ -128,7 +128,6 @@ static void lookup_init(void *lib, struct lookup *lk)
  * (cuStreamGetCtx_v2, for one, has another). */
 static const char *const v2_same_signature[] = {
     "cuCtxPushCurrent", "cuCtxPopCurrent", "cuStreamDestroy", "cuEventDestroy", "cuDevicePrimaryCtxRelease",
-    "cuMemHostRegister", "cuMemHostGetDevicePointer", "cuStreamWriteValue32",
 };
 
 static void *resolve(void *lib, const struct lookup *lk, const char *name)

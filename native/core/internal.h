@@ -80,8 +80,6 @@ typedef struct cfd_ctx {
     cfd_side_pool side;   /* waits on side streams: hostfunc points, waits on a caller's event */
     int nwaits;                      /* waits referring to this record */
     int64_t fault;                   /* the first sticky error seen in this context */
-    struct cfd_words *words;         /* its page of words (words.c), once looked up; NULL: none */
-    bool words_known;                /* words looked up since the record was made or retired */
 } cfd_ctx;
 
 cfd_ctx *cfd_ctx_get(CUcontext ctx);              /* g.mu held; NULL on OOM */
@@ -106,31 +104,6 @@ void cfd_side_release(cfd_side_pool *p, uintptr_t key, int index); /* g.mu held 
 void cfd_side_fill_locked(cfd_side_pool *p, int count);
 void cfd_event_destroy(CUevent ev);
 
-/* ---- words the GPU writes before a wait's record (words.c) ---- */
-struct cfd_words;
-/* A wait's word: the slot of its context's page, the value its write puts
- * there, and what the slot held when the wait took it. */
-typedef struct cfd_word {
-    struct cfd_words *page; /* NULL: none */
-    uint32_t value, before;
-    uint16_t slot;
-} cfd_word;
-/* Set cx->words to the page of cx's context, registered there (made on the
- * first use), or NULL where the driver cannot map host memory or write it
- * from a stream; once per record until it is retired. Not under g.mu; the
- * context current. */
-void cfd_words_look_up(cfd_ctx *cx);
-/* A free word of cx's page and a value new to the page for a wait, and the
- * address the GPU writes it to; false (w->page NULL) where cx has no page or
- * every word is taken. g.mu held. */
-bool cfd_words_take(cfd_ctx *cx, cfd_word *w, CUdeviceptr *addr);
-void cfd_words_give(cfd_word *w); /* back to its page, if it has one; g.mu held */
-/* Whether w's word changed since it was taken: its write landed (or a late
- * write of a wait that had the word before). */
-bool cfd_words_changed(const cfd_word *w);
-/* A write failed: no wait of cx takes a word until the record is retired. g.mu held. */
-void cfd_words_failed(cfd_ctx *cx);
-
 /* ---- waits and lanes (waits.c) ---- */
 typedef struct cfd_wait {
     uint64_t token; /* slot | generation << 32; 0 when the slot is free */
@@ -152,7 +125,6 @@ typedef struct cfd_wait {
     cfd_syncpt sp;  /* syncfd: its point (sp.rec held through cfd_syncfd_hold_locked), else sp.rec NULL */
     int64_t t0;     /* when it was watched */
     int64_t budget; /* its notifier's max_lateness_ns at the watch */
-    cfd_word word;  /* the event mechanism's word, written just before its record (words.c) */
 } cfd_wait;
 
 /* The waits of one stream in watch order (the poller asks only the head). */
@@ -171,7 +143,6 @@ typedef struct cfd_lane {
     int64_t since;     /* when the current head became head */
     int64_t next_poll; /* when the poller asks it next */
     int64_t step;      /* the interval that planned next_poll (0: ask at once) */
-    int64_t queried;   /* when the poller last asked the driver about its head */
 } cfd_lane;
 
 /* The lane kind of a spin notifier's waits while its caller asks about them

@@ -10,9 +10,8 @@
  *    the GPU writes), but it is not free: 0.35 us of the poller's CPU with
  *    the driver's default 8 hardware queues, 1.4 us with 32, against ~8 us
  *    for a wake (H200). On one stream the wakes dominate; on 64 streams
- *    with 32 queues queries at every step would be most of the poller's
- *    CPU, hence the words below (docs/performance.md, "Asking by a word in
- *    host memory").
+ *    with 32 queues the queries are most of the poller's CPU
+ *    (docs/performance.md, "Asking by a word in host memory").
  *  - A thread woken from a sleep in a VM comes back 10-50 us late when woken
  *    by another thread, but a short timed sleep (1 us of timer slack) is
  *    prompt, and it costs the sleeping thread only its own few microseconds
@@ -40,18 +39,8 @@
  * share one wake. Spin lanes are asked in every round, and while one is
  * pending the poller does not sleep at all. The lanes of a spin notifier's
  * waits whose callers ask about them themselves (CFD_LANE_ASKED, ask.c) are
- * asked every max(budget, BACKSTOP_NS): a backstop, and the popping of
+ * asked every max(budget, ASKED_BACKSTOP_NS): a backstop, and the popping of
  * the waits the callers took.
- *
- * Waits with a word (words.c: the event mechanism's waits on a stream, where
- * the driver can write host memory from a stream). The poller still wakes at
- * the schedule above, but at a wake it reads the head's word instead of
- * asking the driver, and asks only once the word changed (its write, just
- * before its record, landed), or every max(budget, BACKSTOP_NS): so about
- * one query per wait, each wake a few memory reads. A head whose word
- * changed but whose record still reads not done (the record reads done a
- * few microseconds after the word lands) is asked at the schedule from then
- * on.
  *
  * Why these numbers (H200 host, bench/policy_sweep.py):
  * each wake of the poller costs ~8 us of CPU there, and handing a completion
@@ -109,17 +98,14 @@
 #define SPIN_RELAX 64 /* pause instructions between two spinning rounds */
 #endif
 #define COALESCE_DIV 4 /* a lane may be asked this fraction of its interval early */
-/* A lane whose waits the poller learns of otherwise (their callers ask,
- * CFD_LANE_ASKED; its head's word, words.c) is asked through the driver
- * every max(budget, BACKSTOP_NS): a backstop for a caller that stops asking
- * or a write that never lands (a fault stops its stream; the driver reports
- * a fault 126-166 ms after the faulting launch on an H200), and the reaping
- * of the waits the callers took, never the way their waits end. */
-#define BACKSTOP_NS (10LL * 1000 * 1000)
+/* A lane whose waits their callers ask about themselves (CFD_LANE_ASKED) is
+ * asked at most this often: a backstop for a caller that stops asking, and
+ * the reaping of the waits they took, never the way their waits end. */
+#define ASKED_BACKSTOP_NS (10LL * 1000 * 1000)
+
 static void *poller_main(void *arg);
 
 static cfd_lane *active; /* lanes with waits, doubly linked via lprev/lnext; g.mu */
-
 static int nspin;        /* spin lanes among them */
 static bool sync_wake;   /* the syncfd pollfd woke the poller: ask every syncfd head (g.mu) */
 
@@ -160,11 +146,6 @@ int64_t cfd_poll_interval(int64_t age, int64_t budget)
 static int64_t lane_budget(const cfd_lane *l)
 {
     return l->head->budget;
-}
-
-static int64_t backstop(const cfd_lane *l)
-{
-    return BACKSTOP_NS > lane_budget(l) ? BACKSTOP_NS : lane_budget(l);
 }
 
 /* Set the sleeping poller's timer to fire at `at` (CLOCK_MONOTONIC ns; a
@@ -237,7 +218,7 @@ static void plan(cfd_lane *l, int64_t now)
         return;
     }
     if (l->mech == CFD_LANE_ASKED) {
-        l->step = backstop(l);
+        l->step = ASKED_BACKSTOP_NS > lane_budget(l) ? ASKED_BACKSTOP_NS : lane_budget(l);
         l->next_poll = now + l->step;
         return;
     }
@@ -253,19 +234,10 @@ static void plan(cfd_lane *l, int64_t now)
     l->next_poll = now + l->step;
 }
 
-/* Whether to ask the driver about a lane's head that has a word (words.c):
- * once the word changed, else when it is due and its backstop has passed
- * since the lane was last asked. g.mu held. */
-static bool word_says_ask(const cfd_lane *l, int64_t now, bool due)
-{
-    return cfd_words_changed(&l->head->word) || (due && now - l->queried >= backstop(l));
-}
-
 int cfd_lane_activate(cfd_lane *l)
 {
     int64_t now = cfd_now_ns();
     l->since = l->head->t0;
-    l->queried = now;
     plan(l, now);
     if (!g.poller_running) {
         int rc = open_poller_timer();
@@ -338,16 +310,6 @@ static void *poller_main(void *arg)
                 snap[k++] = (struct snap){l, h->ev, h->cx->ctx, 0, true,
                                           cfd_syncfd_known_passed_locked(h->sp.rec, h->sp.thr), h->sp.id, h->sp.thr};
                 l->sync_due = false;
-            } else if (k < SNAP_MAX && l->head->word.page) { /* its word says when to ask (words.c) */
-                bool due = l->next_poll - l->step / COALESCE_DIV <= now;
-                if (word_says_ask(l, now, due)) {
-                    snap[k++] = (struct snap){l, l->head->ev, l->head->cx->ctx, 0, false, false, 0, 0};
-                    continue;
-                }
-                if (due) /* running: its word read again at the schedule's next step */
-                    plan(l, now);
-                if (l->next_poll < next)
-                    next = l->next_poll;
             } else if (k < SNAP_MAX && l->next_poll - l->step / COALESCE_DIV <= now) {
                 snap[k++] = (struct snap){l, l->head->ev, l->head->cx->ctx, 0, false, false, 0, 0};
             } else if (l->sync_due) {
@@ -398,12 +360,7 @@ static void *poller_main(void *arg)
                     l->sync_due = true, plan(l, now); /* the next head may have passed too */
                 continue;
             }
-            l->queried = now;
             if (snap[i].r == CUDA_ERROR_NOT_READY) {
-                cfd_wait *h = l->head;
-                if (h->word.page && cfd_words_changed(&h->word))
-                    cfd_words_give(&h->word); /* its record a moment behind its write, or an older
-                                                 * wait's late write: the schedule asks it from now on */
                 plan(l, now);
                 continue;
             }

@@ -67,7 +67,6 @@ static cfd_wait *wait_alloc(void)
 
 static void wait_free(cfd_wait *w)
 {
-    cfd_words_give(&w->word);
     w->token &= 0xffffffffu; /* keep the slot, drop the generation */
     w->next = free_waits;
     free_waits = w;

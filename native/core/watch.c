@@ -3,9 +3,8 @@
  * event, cancel a wait, and ask whether work is already done.
  *
  * A watch makes the stream's context current if it is not (and restores the
- * caller's after), writes the event mechanism's word (words.c) and records a
- * pooled event at the stream's end, and appends a wait to the stream's lane,
- * in two short critical sections. Errors from the
+ * caller's after), records a pooled event at the stream's end, and appends a
+ * wait to the stream's lane, in two short critical sections. Errors from the
  * driver go back to the caller; a sticky one is also reported to every
  * other wait of the context (cfd_note_fault).
  */
@@ -31,11 +30,9 @@ static uint64_t this_thread(void) { return (uint64_t)syscall(SYS_gettid); }
 
 /* Queue a wait for a recorded pooled event on the lane of (ctx, stream key).
  * `side` (>= 0): the side stream held for `side_key`, which the wait takes
- * over; on failure it is released here. `word` (NULL or no page: none): the
- * word written before the record, which the wait takes over (given back
- * here on failure). */
+ * over; on failure it is released here. */
 static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t thread, CUevent ev,
-                   int side, uintptr_t side_key, const cfd_syncpt *sp, uint64_t *token, cfd_word *word)
+                   int side, uintptr_t side_key, const cfd_syncpt *sp, uint64_t *token)
 {
     pthread_mutex_lock(&g.mu);
     int rc = CUDAFD_OK;
@@ -52,15 +49,9 @@ static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t t
             w->sp = *sp;
             cfd_syncfd_hold_locked(sp->rec, 1);
         }
-        if (word) {
-            w->word = *word;
-            word->page = NULL;
-        }
     } else if (side >= 0) {
         cfd_side_release(&cx->side, side_key, side);
     }
-    if (word)
-        cfd_words_give(word);
     if (rc == CUDAFD_OK) {
         w->lane = l;
         bool was_empty = !l->head;
@@ -92,9 +83,8 @@ static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t t
 }
 
 /* The context's record, held while a watch is set up (and, if `pooled` is
- * given, an idle event from its pool, and if `word` is, a word of its page
- * where it has been looked up, in the same critical section). */
-static cfd_ctx *ctx_record(CUcontext ctx, CUevent *pooled, cfd_word *word, CUdeviceptr *addr)
+ * given, an idle event from its pool, in the same critical section). */
+static cfd_ctx *ctx_record(CUcontext ctx, CUevent *pooled)
 {
     pthread_mutex_lock(&g.mu);
     cfd_ctx *cx = cfd_ctx_get(ctx);
@@ -102,8 +92,6 @@ static cfd_ctx *ctx_record(CUcontext ctx, CUevent *pooled, cfd_word *word, CUdev
         cx->nwaits++;
         if (pooled)
             *pooled = cfd_ctx_take_event(cx);
-        if (word && cx->words_known)
-            cfd_words_take(cx, word, addr);
     }
     pthread_mutex_unlock(&g.mu);
     if (!cx)
@@ -111,31 +99,9 @@ static cfd_ctx *ctx_record(CUcontext ctx, CUevent *pooled, cfd_word *word, CUdev
     return cx;
 }
 
-/* Write a wait's word on `stream`, before its record (words.c); the word is
- * taken here if ctx_record could not, its context's page not looked up yet.
- * A write that fails leaves this wait, and the context's later ones, without
- * a word. cx->ctx current. */
-static void write_word(cfd_ctx *cx, CUstream stream, cfd_word *word, CUdeviceptr addr)
-{
-    if (!word->page && !__atomic_load_n(&cx->words_known, __ATOMIC_ACQUIRE)) {
-        cfd_words_look_up(cx);
-        pthread_mutex_lock(&g.mu);
-        cfd_words_take(cx, word, &addr);
-        pthread_mutex_unlock(&g.mu);
-    }
-    if (word->page && cu.cuStreamWriteValue32(stream, addr, word->value, 0) != CUDA_SUCCESS) {
-        pthread_mutex_lock(&g.mu);
-        cfd_words_failed(cx);
-        cfd_words_give(word);
-        pthread_mutex_unlock(&g.mu);
-    }
-}
-
-static void ctx_unhold(cfd_ctx *cx, cfd_word *word)
+static void ctx_unhold(cfd_ctx *cx)
 {
     pthread_mutex_lock(&g.mu);
-    if (word)
-        cfd_words_give(word);
     cfd_ctx_release(cx);
     if (g.nopen == 0)
         cfd_quiesce_locked();
@@ -198,11 +164,8 @@ static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, i
     if ((rc = enter_stream_ctx(n, stream, &ctx, &pushed)) != CUDAFD_OK)
         return rc;
     bool hostfunc = n->mech == CUDAFD_MECH_HOSTFUNC;
-    bool words = n->mech == CUDAFD_MECH_EVENT;
     CUevent taken = NULL;
-    cfd_word word = {NULL, 0, 0, 0};
-    CUdeviceptr addr = 0;
-    cfd_ctx *cx = ctx_record(ctx, hostfunc ? NULL : &taken, words ? &word : NULL, &addr);
+    cfd_ctx *cx = ctx_record(ctx, hostfunc ? NULL : &taken);
     if (!cx) {
         cfd_leave_ctx(pushed);
         return CUDAFD_E_NOMEM;
@@ -221,12 +184,10 @@ static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, i
                 cfd_ctx_give_event(cx, taken);
             pthread_mutex_unlock(&g.mu);
         } else {
-            if (words)
-                write_word(cx, (CUstream)stream, &word, addr);
             rc = cfd_record(cx, (CUstream)stream, taken, &ev);
         }
         if (rc == CUDAFD_OK) {
-            rc = enqueue(n, cx, key, thread, ev, -1, 0, &sp, token, &word);
+            rc = enqueue(n, cx, key, thread, ev, -1, 0, &sp, token);
             cfd_syncfd_signal_end(&sp);
             if (rc == CUDAFD_OK) { /* the common path: two critical sections in all */
                 cfd_leave_ctx(pushed);
@@ -241,7 +202,7 @@ static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, i
         cfd_note_fault(cx, cudafd_last_cuda_error());
         pthread_mutex_unlock(&g.mu);
     }
-    ctx_unhold(cx, &word); /* (a failed record leaves its word's write queued: words.c says why that is harmless) */
+    ctx_unhold(cx);
     return rc;
 }
 
@@ -254,7 +215,7 @@ CFD_API int cudafd_prepare(cudafd_notifier *n, uintptr_t stream)
     bool pushed;
     if ((rc = enter_stream_ctx(n, stream, &ctx, &pushed)) != CUDAFD_OK)
         return rc;
-    cfd_ctx *cx = ctx_record(ctx, NULL, NULL, NULL);
+    cfd_ctx *cx = ctx_record(ctx, NULL);
     if (cx) {
         pthread_mutex_lock(&g.mu); /* the record is held: it outlives the unlocked fills */
         if (!cx->side.filled || cx->side.filling)
@@ -264,7 +225,7 @@ CFD_API int cudafd_prepare(cudafd_notifier *n, uintptr_t stream)
     cfd_leave_ctx(pushed);
     if (!cx)
         return CUDAFD_E_NOMEM;
-    ctx_unhold(cx, NULL);
+    ctx_unhold(cx);
     return CUDAFD_OK;
 }
 
@@ -326,7 +287,7 @@ static int watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token, int
         r = CUDA_SUCCESS; /* a sticky fault: let the wait report it */
     if (r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_CONTEXT_IS_DESTROYED)
         return cfd_fail_cuda(r, "cuEventQuery (is this a live event?)");
-    cfd_ctx *cx = ctx_record(ctx, NULL, NULL, NULL);
+    cfd_ctx *cx = ctx_record(ctx, NULL);
     if (!cx)
         return CUDAFD_E_NOMEM;
     if (n->mech == CUDAFD_MECH_HOSTFUNC) {
@@ -347,7 +308,7 @@ static int watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token, int
         if (rc == CUDAFD_OK)
             rc = cfd_record(cx, side, NULL, &ev);
         if (rc == CUDAFD_OK) { /* enqueue takes over the side stream, even when it fails */
-            rc = enqueue(n, cx, (uintptr_t)side, 0, ev, side_index, event, &sp, token, NULL);
+            rc = enqueue(n, cx, (uintptr_t)side, 0, ev, side_index, event, &sp, token);
             cfd_syncfd_signal_end(&sp);
             if (rc == CUDAFD_OK)
                 return fence_for(n, &sp, *token, fence_fd); /* enqueue dropped the record's hold too */
@@ -358,7 +319,7 @@ static int watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token, int
         }
         cfd_syncfd_signal_end(&sp);
     }
-    ctx_unhold(cx, NULL);
+    ctx_unhold(cx);
     return rc;
 }
 

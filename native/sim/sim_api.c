@@ -76,10 +76,6 @@ static void init_globals(void)
         sim.late_fault_ns = (uint64_t)strtoull(env, NULL, 10) * 1000000ull;
     env = getenv("CUDAFD_SIM_FAULT_SCOPE");
     sim.fault_one_ctx = env && strcmp(env, "context") == 0;
-    env = getenv("CUDAFD_SIM_NO_STREAM_WRITES");
-    sim.no_stream_writes = env && *env && strcmp(env, "0") != 0;
-    env = getenv("CUDAFD_SIM_WRITE_LEAD_US");
-    sim.write_lead_ns = env && *env ? (uint64_t)strtoull(env, NULL, 10) * 1000ull : SIM_WRITE_LEAD_NS;
     init_result = n ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
     if (n)
         atomic_store_explicit(&sim_initialized, 1, memory_order_release);
@@ -302,10 +298,6 @@ SIM_API int cudafdsim_stats(int64_t *out, int n)
     X(cuModuleGetFunction, ())                                                         \
     X(cuModuleUnload, ())                                                              \
     X(cuLaunchKernel, ())                                                              \
-    X(cuMemHostRegister, ())                                                           \
-    X(cuMemHostUnregister, ())                                                         \
-    X(cuMemHostGetDevicePointer, ())                                                   \
-    X(cuStreamWriteValue32, ())                                                        \
     X(cuDeviceGetNvSciSyncAttributes, ())                                              \
     X(cuImportExternalSemaphore, ())                                                   \
     X(cuSignalExternalSemaphoresAsync, ())                                             \

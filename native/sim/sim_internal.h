@@ -79,10 +79,6 @@ SIM_API CUresult cuStreamGetId(CUstream stream, unsigned long long *id);
 SIM_API CUresult cuModuleLoadData(CUmodule *module, const void *image);
 SIM_API CUresult cuModuleGetFunction(CUfunction *fn, CUmodule module, const char *name);
 SIM_API CUresult cuModuleUnload(CUmodule module);
-SIM_API CUresult cuMemHostRegister(void *p, size_t bytes, unsigned int flags);
-SIM_API CUresult cuMemHostUnregister(void *p);
-SIM_API CUresult cuMemHostGetDevicePointer(CUdeviceptr *dptr, void *p, unsigned int flags);
-SIM_API CUresult cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, unsigned int value, unsigned int flags);
 /* The external-semaphore entry points (sim_nvsci.c) are not exported: only
  * cuGetProcAddress serves them, so $CUDAFD_SIM_SYNCFD_FAIL=driver can make
  * them absent, as they are from drivers without NvSciSync interop. */
@@ -101,9 +97,7 @@ SIM_API CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned in
 /* ---- objects ---- */
 enum sim_type { SIM_T_CTX = 1, SIM_T_STREAM, SIM_T_EVENT, SIM_T_MODULE, SIM_T_FUNC, SIM_T_EXTSEM };
 
-#define SIM_WRITE_LAG_NS 5000 /* a stream write lands this long after its stream reached it (sim_memops.c) */
-#define SIM_WRITE_LEAD_NS 2000 /* ... and its stream goes on this long after it landed */
-enum sim_op_kind { SIM_OP_KERNEL, SIM_OP_RECORD, SIM_OP_WAIT, SIM_OP_HOST, SIM_OP_SIGNAL, SIM_OP_WRITE };
+enum sim_op_kind { SIM_OP_KERNEL, SIM_OP_RECORD, SIM_OP_WAIT, SIM_OP_HOST, SIM_OP_SIGNAL };
 enum sim_host_state { SIM_HOST_QUEUED, SIM_HOST_DISPATCHED, SIM_HOST_RUNNING, SIM_HOST_RETURNED };
 
 struct sim_event;
@@ -126,7 +120,6 @@ struct sim_op {
         struct { struct sim_op *rec; } wait;     /* the record waited for */
         struct { CUhostFn fn; void *data; enum sim_host_state state; } host;
         struct { uint32_t syncpoint; } signal; /* an NvSciSync semaphore's signal (sim_nvsci.c) */
-        struct { uint32_t *addr; uint32_t value; uint64_t at_ns; bool landed; } write; /* cuStreamWriteValue32 (sim_memops.c) */
     };
 };
 
@@ -193,8 +186,6 @@ struct sim_global {
     pthread_mutex_t lock;
     int ndev;
     uint64_t late_fault_ns; /* $CUDAFD_SIM_LATE_FAULT_MS: see cuEventSynchronize */
-    bool no_stream_writes;  /* $CUDAFD_SIM_NO_STREAM_WRITES: cuStreamWriteValue32 fails (sim_memops.c) */
-    uint64_t write_lead_ns; /* $CUDAFD_SIM_WRITE_LEAD_US, else SIM_WRITE_LEAD_NS (sim_memops.c) */
     bool fault_one_ctx;     /* $CUDAFD_SIM_FAULT_SCOPE=context: see sim_fault_all_locked */
     struct sim_device dev[SIM_MAX_DEVICES];
     struct sim_ctx *live; /* every context not destroyed */

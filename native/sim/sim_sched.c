@@ -71,22 +71,6 @@ static enum advance advance(struct sim_stream *s, uint64_t now, uint64_t *deadli
         case SIM_OP_SIGNAL:
             sim_syncpoint_incr_locked(op->signal.syncpoint);
             break;
-        case SIM_OP_WRITE: /* lands SIM_WRITE_LAG_NS after the stream reached it, which goes on
-                            * sim.write_lead_ns after that (sim_memops.c) */
-            if (!op->write.at_ns)
-                op->write.at_ns = (s->head_ready_ns > op->enq_ns ? s->head_ready_ns : op->enq_ns) + SIM_WRITE_LAG_NS;
-            if (op->write.at_ns <= now && !op->write.landed) {
-                __atomic_store_n(op->write.addr, op->write.value, __ATOMIC_RELEASE);
-                op->write.landed = true;
-            }
-            ready = op->write.at_ns + sim.write_lead_ns;
-            if (ready > now) {
-                uint64_t due = op->write.landed ? ready : op->write.at_ns;
-                if (due < *deadline)
-                    *deadline = due;
-                return result;
-            }
-            break;
         case SIM_OP_HOST:
             if (op->host.state == SIM_HOST_QUEUED)
                 sim_callback_submit_locked(op);

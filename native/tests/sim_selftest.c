@@ -94,10 +94,6 @@ static struct {
     CUresult (*cuModuleUnload)(CUmodule);
     CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                                unsigned, unsigned, CUstream, void **, void **);
-    CUresult (*cuMemHostRegister)(void *, size_t, unsigned int);
-    CUresult (*cuMemHostUnregister)(void *);
-    CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr *, void *, unsigned int);
-    CUresult (*cuStreamWriteValue32)(CUstream, CUdeviceptr, unsigned int, unsigned int);
 } D;
 
 static void resolve(const char *name, void **slot)
@@ -128,10 +124,6 @@ static void resolve_all(void)
     RESOLVE(cuModuleGetFunction, ())
     RESOLVE(cuModuleUnload, ())
     RESOLVE(cuLaunchKernel, ())
-    RESOLVE(cuMemHostRegister, ())
-    RESOLVE(cuMemHostUnregister, ())
-    RESOLVE(cuMemHostGetDevicePointer, ())
-    RESOLVE(cuStreamWriteValue32, ())
 #undef RESOLVE
 }
 
@@ -670,38 +662,6 @@ static void test_hostfn(void)
     OK(D.cuStreamDestroy(a));
     OK(D.cuStreamDestroy(b));
     OK(D.cuStreamDestroy(d));
-    destroy_ctx(c);
-}
-
-/* Host memory the device writes: a write runs when its stream reaches it,
- * after the kernel before it; a fault drops the writes queued behind it; a
- * write outside every registered range is refused. */
-static void test_stream_writes(void)
-{
-    CUcontext c = push_new_ctx(0);
-    CUstream s = new_stream();
-    static uint32_t page[1024] __attribute__((aligned(4096)));
-    volatile uint32_t *word = &page[3];
-    CUdeviceptr dev = 0, outside = 0;
-    CHECK_RC(D.cuMemHostGetDevicePointer(&dev, page, 0), CUDA_ERROR_INVALID_VALUE); /* not registered */
-    OK(D.cuMemHostRegister(page, sizeof page, CU_MEMHOSTREGISTER_DEVICEMAP));
-    CHECK_RC(D.cuMemHostRegister(page, sizeof page, CU_MEMHOSTREGISTER_DEVICEMAP),
-             CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
-    OK(D.cuMemHostGetDevicePointer(&dev, page, 0));
-    CHECK(dev == (CUdeviceptr)(uintptr_t)page);
-    OK(cudafdsim_launch(s, MS(40), 0));
-    OK(D.cuStreamWriteValue32(s, dev + 3 * sizeof(uint32_t), 7, 0));
-    CHECK(*word == 0); /* behind the kernel */
-    OK(D.cuStreamSynchronize(s));
-    CHECK(*word == 7);
-    outside = (CUdeviceptr)(uintptr_t)(page + 1024);
-    CHECK_RC(D.cuStreamWriteValue32(s, outside, 1, 0), CUDA_ERROR_INVALID_VALUE);
-    OK(cudafdsim_launch(s, MS(20), ILLEGAL));
-    OK(D.cuStreamWriteValue32(s, dev + 3 * sizeof(uint32_t), 9, 0));
-    CHECK_RC(D.cuStreamSynchronize(s), ILLEGAL);
-    CHECK(*word == 7); /* dropped with the faulting stream's queue */
-    OK(D.cuMemHostUnregister(page));
-    CHECK_RC(D.cuMemHostUnregister(page), CUDA_ERROR_INVALID_VALUE);
     destroy_ctx(c);
 }
 
@@ -1269,7 +1229,6 @@ int main(void)
     test_blocking_sync();
     test_hostfn();
     test_fault();
-    test_stream_writes();
     test_wait_event();
     test_handles();
     test_per_thread_stream();
