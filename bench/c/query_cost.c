@@ -19,6 +19,17 @@
  * host saw first and by how much, and how often the stream itself was not
  * idle yet (cuStreamQuery) just after the last of them was seen.
  *
+ * --hold R: instead, whether an operation after a kernel holds the hardware
+ * queue it shares with other streams: R rounds of (a --hold-us us kernel,
+ * then the operation) on each of the N streams, all enqueued at once, timed
+ * to cuCtxSynchronize, for no operation, an event record without and with
+ * timing, and a write to a host-mapped word with and without its memory
+ * barrier (CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER), in turn, three times.
+ * Prints each one's wall time (median) and how many kernels ran at once on
+ * average (N x R x kernel / wall): N where nothing holds a queue, about the
+ * number of hardware queues (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default)
+ * where each stream's operation waits for its kernel before the queue goes on.
+ *
  * --contend 1: meanwhile a second thread does what an event loop awaiting
  * kernels on N other streams does: on each of them whose last event has
  * passed (cuEventQuery), it launches a 20 us kernel and records an event, in
@@ -143,6 +154,51 @@ static void order(int n, double kernel_us, int write_first)
     free(gap);
 }
 
+/* --hold: does an operation after each kernel make streams that share a
+ * hardware queue run in turn? */
+static void hold(int n, double kernel_us)
+{
+    enum { NONE, RECORD_PLAIN, RECORD_TIMING, WRITE, WRITE_NO_BARRIER, NKINDS };
+    static const char *const names[NKINDS] = {"kernel alone", "+ record", "+ record, timing", "+ write",
+                                              "+ write, no barrier"};
+    CUevent *timed = calloc((size_t)nstreams, sizeof *timed);
+    if (!timed)
+        die("calloc", "out of memory");
+    for (int i = 0; i < nstreams; i++)
+        SETUP(cu.cuEventCreate(&timed[i], EV_TIMING));
+    double wall[NKINDS][3];
+    for (int rep = 0; rep < 3; rep++) {
+        for (int k = 0; k < NKINDS; k++) {
+            double t0 = now_s();
+            for (int r = 0; r < n; r++) {
+                for (int i = 0; i < nstreams; i++) {
+                    SETUP(launch(streams[i], (uint64_t)(kernel_us * 1e3)));
+                    CUdeviceptr at = words_dev + 4 * (CUdeviceptr)i;
+                    if (k == RECORD_PLAIN)
+                        SETUP(cu.cuEventRecord(spare[i], streams[i]));
+                    else if (k == RECORD_TIMING)
+                        SETUP(cu.cuEventRecord(timed[i], streams[i]));
+                    else if (k == WRITE)
+                        SETUP(cu.cuStreamWriteValue32(streams[i], at, (uint32_t)r, 0));
+                    else if (k == WRITE_NO_BARRIER)
+                        SETUP(cu.cuStreamWriteValue32(streams[i], at, (uint32_t)r, 1));
+                }
+            }
+            SETUP(cu.cuCtxSynchronize());
+            wall[k][rep] = now_s() - t0;
+        }
+    }
+    printf("hold: %d streams, %d rounds of a %.0f us kernel and an operation each, all enqueued at once\n", nstreams,
+           n, kernel_us);
+    printf("%-22s %10s %16s\n", "after each kernel", "wall ms", "kernels at once");
+    for (int k = 0; k < NKINDS; k++) {
+        qsort(wall[k], 3, sizeof wall[k][0], cmp_double);
+        double ideal = (double)nstreams * n * kernel_us * 1e-6;
+        printf("%-22s %10.2f %16.1f\n", names[k], wall[k][1] * 1e3, ideal / wall[k][1]);
+    }
+    free(timed);
+}
+
 int main(int argc, char **argv)
 {
     nstreams = arg_int(argc, argv, "--streams", 64);
@@ -200,6 +256,14 @@ int main(int argc, char **argv)
             die("--order", "the driver has no stream memory operations");
         SETUP(cu.cuCtxSynchronize());
         order(order_n, arg_double(argc, argv, "--order-us", 200), arg_int(argc, argv, "--write-first", 0));
+        return 0;
+    }
+    int hold_n = arg_int(argc, argv, "--hold", 0);
+    if (hold_n > 0) {
+        if (!memops)
+            die("--hold", "the driver has no stream memory operations");
+        SETUP(cu.cuCtxSynchronize());
+        hold(hold_n, arg_double(argc, argv, "--hold-us", 500));
         return 0;
     }
     if (contend && pthread_create(&launcher, NULL, launcher_main, ctx))
