@@ -519,10 +519,10 @@ static void test_ordering(void)
     OK(D.cuStreamQuery(CU_STREAM_PER_THREAD));
 
     /* a synchronisation waits for the record current at the call */
+    double t1 = now_ms(); /* before the launch: the kernel's 40 ms count from there */
     OK(cudafdsim_launch(s, MS(40), 0));
     OK(D.cuEventRecord(ev[3], s));
     struct syncer w = {.kind = SYNC_EVENT, .event = ev[3]};
-    double t1 = now_ms();
     syncer_start(&w);
     sleep_ms(10);
     OK(cudafdsim_launch(s, MS(1000), 0));
