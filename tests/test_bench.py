@@ -170,3 +170,15 @@ def test_throughput_is_judged_on_ratios_within_a_round():
     (row,) = evaluate(sections)
     assert row["status"] == "pass", row
     assert "1.50x sleep0" in row["measured"] and "median of 3 paired rounds, 0.43-1.50x" in row["measured"]
+
+
+def test_throughput_takes_its_kernel_length_and_streams_from_the_command_line():
+    import pytest
+    from cudafd._bench import options
+
+    plan = options.plan(options.parse(["throughput", "--kernel-us", "1000", "--streams", "32"]))
+    assert plan["throughput"]["kernel_s"] == 1e-3 and plan["throughput"]["streams"] == 32
+    assert options.plan(options.parse(["throughput"]))["throughput"]["kernel_s"] == options.FULL["throughput"]["kernel_s"]
+    for bad in ("0", "-5", "nan"):
+        with pytest.raises(SystemExit):
+            options.parse(["throughput", "--kernel-us", bad])

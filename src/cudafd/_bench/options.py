@@ -154,6 +154,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--sim", action="store_true", help="run on the simulator even if a GPU is usable")
     p.add_argument("--streams", type=int, default=None, help="throughput: streams (default 64)")
+    p.add_argument(
+        "--kernel-us",
+        type=float,
+        default=None,
+        help="throughput: kernel length, us (default 100; with kernels of a millisecond or more on more streams "
+        "than hardware queues, it shows what holds a queue)",
+    )
     p.add_argument("--rounds", type=int, default=None, help="latency: rounds per method (default 4000; quick 300)")
     return p
 
@@ -167,6 +174,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         args.only = args.which
     if args.streams is not None and args.streams < 1 or args.rounds is not None and args.rounds < 1:
         _parser().error("--streams and --rounds must be positive")
+    if args.kernel_us is not None and not 0 < args.kernel_us <= 1e6:
+        _parser().error("--kernel-us must be in (0, 1e6]")
     return args
 
 
@@ -179,6 +188,8 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
         out["throughput"]["streams"] = args.streams
     if args.rounds:
         out["latency"]["rounds"] = args.rounds
+    if args.kernel_us:
+        out["throughput"]["kernel_s"] = args.kernel_us * 1e-6
     if "lateness" in args.only:  # its own budget on top: one child per loop
         out["budget_s"] += len(args.loops) * out["lateness"]["hard_s"] + 30
     return out
