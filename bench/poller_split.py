@@ -27,6 +27,7 @@ from cudafd._bench import torchk
 from cudafd._bench.child import new_loop
 from cudafd._bench.ends import TorchKernels
 from cudafd._bench.gpu import Gpu
+from cudafd._bench.numbers import quantile
 
 
 def thread_cpu() -> dict[str, float]:
@@ -87,7 +88,7 @@ async def run(a: argparse.Namespace) -> None:
           f"{(s1['queries'] - s0['queries']) / max(1, w1 - w0):.1f} queries per wait")
     late.sort()
     if late:
-        print(f"  lateness p50 {late[len(late) // 2] * 1e6:.0f} us, p99 {late[int(len(late) * 0.99)] * 1e6:.0f} us "
+        print(f"  lateness p50 {quantile(late, 0.5) * 1e6:.0f} us, p99 {quantile(late, 0.99) * 1e6:.0f} us "
               f"over {len(late)} waits")
     total = sum(c1.values()) - sum(c0.get(k, 0.0) for k in c1)
     print(f"  process: {total / dt:.3f} cores")

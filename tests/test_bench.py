@@ -14,8 +14,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import cudafd
-from cudafd._bench import SECTIONS
+from cudafd._bench import SECTIONS, options
 from cudafd._bench.report import render
 from support import REAL
 
@@ -173,9 +175,6 @@ def test_throughput_is_judged_on_ratios_within_a_round():
 
 
 def test_throughput_takes_its_kernel_length_and_streams_from_the_command_line():
-    import pytest
-    from cudafd._bench import options
-
     plan = options.plan(options.parse(["throughput", "--kernel-us", "1000", "--streams", "32"]))
     assert plan["throughput"]["kernel_s"] == 1e-3 and plan["throughput"]["streams"] == 32
     assert options.plan(options.parse(["throughput"]))["throughput"]["kernel_s"] == options.FULL["throughput"]["kernel_s"]
