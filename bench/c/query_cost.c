@@ -23,9 +23,10 @@
  * queue it shares with other streams: R rounds of (a --hold-us us kernel,
  * then the operation) on each of the N streams, all enqueued at once, timed
  * to cuCtxSynchronize, for no operation, an event record without and with
- * timing, and a write to a host-mapped word with and without its memory
- * barrier (CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER), in turn, three times.
- * Prints each one's wall time (median) and how many kernels ran at once on
+ * timing, a write to a host-mapped word with and without its memory barrier
+ * (CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER; a driver that refuses the flag is
+ * named and the row skipped), and an empty host function, in turn, three
+ * times. Prints each one's wall time (median) and how many kernels ran at once on
  * average (N x R x kernel / wall): N where nothing holds a queue, about the
  * number of hardware queues (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default)
  * where each stream's operation waits for its kernel before the queue goes on.
@@ -156,19 +157,30 @@ static void order(int n, double kernel_us, int write_first)
 
 /* --hold: does an operation after each kernel make streams that share a
  * hardware queue run in turn? */
+static void host_nothing(void *arg)
+{
+    (void)arg;
+}
+
 static void hold(int n, double kernel_us)
 {
-    enum { NONE, RECORD_PLAIN, RECORD_TIMING, WRITE, WRITE_NO_BARRIER, NKINDS };
+    enum { NONE, RECORD_PLAIN, RECORD_TIMING, WRITE, WRITE_NO_BARRIER, HOST_FN, NKINDS };
     static const char *const names[NKINDS] = {"kernel alone", "+ record", "+ record, timing", "+ write",
-                                              "+ write, no barrier"};
+                                              "+ write, no barrier", "+ host function"};
     CUevent *timed = calloc((size_t)nstreams, sizeof *timed);
     if (!timed)
         die("calloc", "out of memory");
     for (int i = 0; i < nstreams; i++)
         SETUP(cu.cuEventCreate(&timed[i], EV_TIMING));
+    CUresult refused[NKINDS] = {0};
+    refused[WRITE_NO_BARRIER] = cu.cuStreamWriteValue32(streams[0], words_dev, 0, 1);
+    if (!cu.cuLaunchHostFunc)
+        die("--hold", "the driver lacks cuLaunchHostFunc");
     double wall[NKINDS][3];
     for (int rep = 0; rep < 3; rep++) {
         for (int k = 0; k < NKINDS; k++) {
+            if (refused[k])
+                continue;
             double t0 = now_s();
             for (int r = 0; r < n; r++) {
                 for (int i = 0; i < nstreams; i++) {
@@ -182,6 +194,8 @@ static void hold(int n, double kernel_us)
                         SETUP(cu.cuStreamWriteValue32(streams[i], at, (uint32_t)r, 0));
                     else if (k == WRITE_NO_BARRIER)
                         SETUP(cu.cuStreamWriteValue32(streams[i], at, (uint32_t)r, 1));
+                    else if (k == HOST_FN)
+                        SETUP(cu.cuLaunchHostFunc(streams[i], host_nothing, NULL));
                 }
             }
             SETUP(cu.cuCtxSynchronize());
@@ -192,6 +206,10 @@ static void hold(int n, double kernel_us)
            n, kernel_us);
     printf("%-22s %10s %16s\n", "after each kernel", "wall ms", "kernels at once");
     for (int k = 0; k < NKINDS; k++) {
+        if (refused[k]) {
+            printf("%-22s refused by the driver: %s\n", names[k], cudafd_cuda_error_name(refused[k]));
+            continue;
+        }
         qsort(wall[k], 3, sizeof wall[k][0], cmp_double);
         double ideal = (double)nstreams * n * kernel_us * 1e-6;
         printf("%-22s %10.2f %16.1f\n", names[k], wall[k][1] * 1e3, ideal / wall[k][1]);
