@@ -22,12 +22,13 @@
  * --hold R: instead, whether an operation after a kernel holds the hardware
  * queue it shares with other streams: R rounds of (a --hold-us us kernel,
  * then the operation) on each of the N streams, all enqueued at once, timed
- * to cuCtxSynchronize, for no operation, an event record without and with
- * timing, a write to a host-mapped word with and without its memory barrier
+ * to cuCtxSynchronize, for no operation, an event record (plain, blocking-sync,
+ * timing), a write to a host-mapped word with and without its memory barrier
  * (CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER; a driver that refuses the flag is
- * named and the row skipped), and an empty host function, in turn, three
- * times. Prints each one's wall time (median) and how many kernels ran at once on
- * average (N x R x kernel / wall): N where nothing holds a queue, about the
+ * named and the row skipped), an empty host function and an empty kernel,
+ * in turn, three times. Prints each one's wall time (median) and how many
+ * kernels ran at once on average (N x R x kernel / wall): N where nothing
+ * holds a queue, about the
  * number of hardware queues (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default)
  * where each stream's operation waits for its kernel before the queue goes on.
  *
@@ -164,14 +165,17 @@ static void host_nothing(void *arg)
 
 static void hold(int n, double kernel_us)
 {
-    enum { NONE, RECORD_PLAIN, RECORD_TIMING, WRITE, WRITE_NO_BARRIER, HOST_FN, NKINDS };
-    static const char *const names[NKINDS] = {"kernel alone", "+ record", "+ record, timing", "+ write",
-                                              "+ write, no barrier", "+ host function"};
-    CUevent *timed = calloc((size_t)nstreams, sizeof *timed);
-    if (!timed)
+    enum { NONE, RECORD_PLAIN, RECORD_BLOCKING, RECORD_TIMING, WRITE, WRITE_NO_BARRIER, HOST_FN, KERNEL, NKINDS };
+    static const char *const names[NKINDS] = {"kernel alone",        "+ record",        "+ record, blocking sync",
+                                              "+ record, timing",    "+ write",         "+ write, no barrier",
+                                              "+ host function",     "+ empty kernel"};
+    CUevent *timed = calloc((size_t)nstreams, sizeof *timed), *blocking = calloc((size_t)nstreams, sizeof *blocking);
+    if (!timed || !blocking)
         die("calloc", "out of memory");
-    for (int i = 0; i < nstreams; i++)
+    for (int i = 0; i < nstreams; i++) {
         SETUP(cu.cuEventCreate(&timed[i], EV_TIMING));
+        SETUP(cu.cuEventCreate(&blocking[i], EV_BLOCKING));
+    }
     CUresult refused[NKINDS] = {0};
     refused[WRITE_NO_BARRIER] = cu.cuStreamWriteValue32(streams[0], words_dev, 0, 1);
     if (!cu.cuLaunchHostFunc)
@@ -188,6 +192,8 @@ static void hold(int n, double kernel_us)
                     CUdeviceptr at = words_dev + 4 * (CUdeviceptr)i;
                     if (k == RECORD_PLAIN)
                         SETUP(cu.cuEventRecord(spare[i], streams[i]));
+                    else if (k == RECORD_BLOCKING)
+                        SETUP(cu.cuEventRecord(blocking[i], streams[i]));
                     else if (k == RECORD_TIMING)
                         SETUP(cu.cuEventRecord(timed[i], streams[i]));
                     else if (k == WRITE)
@@ -196,6 +202,8 @@ static void hold(int n, double kernel_us)
                         SETUP(cu.cuStreamWriteValue32(streams[i], at, (uint32_t)r, 1));
                     else if (k == HOST_FN)
                         SETUP(cu.cuLaunchHostFunc(streams[i], host_nothing, NULL));
+                    else if (k == KERNEL)
+                        SETUP(launch(streams[i], 0));
                 }
             }
             SETUP(cu.cuCtxSynchronize());
@@ -215,6 +223,7 @@ static void hold(int n, double kernel_us)
         printf("%-22s %10.2f %16.1f\n", names[k], wall[k][1] * 1e3, ideal / wall[k][1]);
     }
     free(timed);
+    free(blocking);
 }
 
 int main(int argc, char **argv)

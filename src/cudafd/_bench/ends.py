@@ -16,13 +16,20 @@ Two sources with one interface:
   here is on an idle stream: its previous kernel was awaited), which puts
   the simulator's own start-up delay into the lateness.
 
-``launch(stream, seconds, blocking)`` returns a :class:`Mark` (the end
-event; ``blocking``: a blocking-sync event, for waiters that sleep in
-``synchronize``); ``query``/``sync`` ask or wait for it from any thread;
-``anchor()`` maps a fresh reference to the host clock; after the kernel
-ended, ``end_s(mark)`` is its host time; ``release(marks)`` returns the
-events to a pool, which ``prefill(n, blocking)`` fills beforehand, so that
-no measured stretch pays for making events.
+``launch(stream, seconds, blocking, timed)`` returns a :class:`Mark` (the
+end event; ``blocking``: a blocking-sync event, for waiters that sleep in
+``synchronize``; ``timed`` false: an event without timing, whose end is not
+known); ``query``/``sync`` ask or wait for it from any thread; ``anchor()``
+maps a fresh reference to the host clock; after the kernel ended,
+``end_s(mark)`` is a timed mark's host time; ``release(marks)`` returns the
+events to a pool, which ``prefill(n, blocking, timed)`` fills beforehand, so
+that no measured stretch pays for making events.
+
+A timing event, like a blocking-sync one, holds the hardware queue its
+stream shares with others until the kernel before it ends, which an event
+without either does not (``bench/c/query_cost.c --hold``): streams that
+share a queue (more streams than ``CUDA_DEVICE_MAX_CONNECTIONS``) then run
+in turn. Workloads of many streams therefore time a sample of their waits.
 """
 
 from __future__ import annotations
@@ -42,31 +49,33 @@ ANCHOR_TRIES = 5  # the narrowest bracket of this many is kept
 class Mark:
     """One kernel's end event, its launch's host time and its length."""
 
-    __slots__ = ("ev", "blocking", "t", "seconds")
+    __slots__ = ("ev", "blocking", "timed", "t", "seconds")
 
-    def __init__(self, ev: Any, blocking: bool, t: float, seconds: float) -> None:
-        self.ev, self.blocking, self.t, self.seconds = ev, blocking, t, seconds
+    def __init__(self, ev: Any, blocking: bool, t: float, seconds: float, timed: bool = True) -> None:
+        self.ev, self.blocking, self.timed, self.t, self.seconds = ev, blocking, timed, t, seconds
 
 
 class _Pool:
+    """Free events by kind: ``make(blocking, timed)`` makes one."""
+
     def __init__(self, make) -> None:
         self._make = make
-        self._free: dict[bool, list] = {False: [], True: []}
+        self._free: dict[tuple[bool, bool], list] = {}
 
-    def take(self, blocking: bool):
-        free = self._free[blocking]
-        return free.pop() if free else self._make(blocking)
+    def take(self, blocking: bool, timed: bool):
+        free = self._free.get((blocking, timed))
+        return free.pop() if free else self._make(blocking, timed)
 
-    def fill(self, n: int, blocking: bool) -> list:
+    def fill(self, n: int, blocking: bool, timed: bool) -> list:
         """Make events until ``n`` are free; the new ones."""
-        free = self._free[blocking]
-        new = [self._make(blocking) for _ in range(n - len(free))]
+        free = self._free.setdefault((blocking, timed), [])
+        new = [self._make(blocking, timed) for _ in range(n - len(free))]
         free += new
         return new
 
     def give(self, marks: list[Mark]) -> None:
         for m in marks:
-            self._free[m.blocking].append(m.ev)
+            self._free.setdefault((m.blocking, m.timed), []).append(m.ev)
 
 
 class TorchKernels:
@@ -88,7 +97,7 @@ class TorchKernels:
         self.calibration = torchk.calibrate(torch, self._ref_stream)
         self._cps = self.calibration["cycles_per_s"]
         self._launchers: dict[int, Any] = {}
-        self._pool = _Pool(lambda blocking: torch.cuda.Event(enable_timing=True, blocking=blocking))
+        self._pool = _Pool(lambda blocking, timed: torch.cuda.Event(enable_timing=timed, blocking=blocking))
         self._ref: Any = None
         self._anchor = 0.0
 
@@ -96,17 +105,17 @@ class TorchKernels:
         ext = self.torch.cuda.ExternalStream
         return [ext(h) for h in self.gpu.streams(n)]
 
-    def launch(self, stream: Any, seconds: float, blocking: bool = False) -> Mark:
+    def launch(self, stream: Any, seconds: float, blocking: bool = False, timed: bool = True) -> Mark:
         from .torchk import launcher
 
         fn = self._launchers.get(id(stream))
         if fn is None:
             fn = self._launchers[id(stream)] = launcher(self.torch, stream, self._cps)
-        ev = self._pool.take(blocking)
+        ev = self._pool.take(blocking, timed)
         t = perf_counter()
         fn(seconds)
         ev.record(stream)
-        return Mark(ev, blocking, t, seconds)
+        return Mark(ev, blocking, t, seconds, timed)
 
     def query(self, mark: Mark) -> bool:
         return mark.ev.query()
@@ -132,8 +141,8 @@ class TorchKernels:
     def release(self, marks: list[Mark]) -> None:
         self._pool.give(marks)
 
-    def prefill(self, n: int, blocking: bool) -> None:
-        new = self._pool.fill(n, blocking)
+    def prefill(self, n: int, blocking: bool, timed: bool = True) -> None:
+        new = self._pool.fill(n, blocking, timed)
         for ev in new:  # torch makes the CUevent at the first record
             ev.record(self._ref_stream)
         if new:
@@ -162,22 +171,25 @@ class DriverKernels:
         drv = gpu.drv
         self._record, self._query, self._sync = drv.cuEventRecord, drv.cuEventQuery, drv.cuEventSynchronize  # type: ignore[attr-defined]
         self._ref_stream = gpu.streams(1)[0]
-        flags = {False: _driver.CU_EVENT_DEFAULT, True: _driver.CU_EVENT_BLOCKING_SYNC}
-        self._pool = _Pool(lambda blocking: gpu.event(flags[blocking]))
+        def make(blocking: bool, timed: bool) -> int:
+            flags = _driver.CU_EVENT_BLOCKING_SYNC if blocking else _driver.CU_EVENT_DEFAULT
+            return gpu.event(flags if timed else flags | _driver.CU_EVENT_DISABLE_TIMING)
+
+        self._pool = _Pool(make)
         self._ref = 0
         self._anchor = 0.0
 
     def streams(self, n: int) -> list[int]:
         return self.gpu.streams(n)
 
-    def launch(self, stream: int, seconds: float, blocking: bool = False) -> Mark:
-        ev = self._pool.take(blocking)
+    def launch(self, stream: int, seconds: float, blocking: bool = False, timed: bool = True) -> Mark:
+        ev = self._pool.take(blocking, timed)
         launch = self.gpu.launcher(stream)
         t = perf_counter()
         launch(seconds)
         if rc := self._record(ev, stream):
             _driver.check(rc, "cuEventRecord")
-        return Mark(ev, blocking, t, seconds)
+        return Mark(ev, blocking, t, seconds, timed)
 
     def query(self, mark: Mark) -> bool:
         rc = self._query(mark.ev)
@@ -196,7 +208,7 @@ class DriverKernels:
             return 0.0
         best = None
         for _ in range(ANCHOR_TRIES):
-            ev = self._pool.take(False)
+            ev = self._pool.take(False, True)
             t0 = perf_counter()
             self.gpu.record(ev, self._ref_stream)
             at, half = anchor(lambda: self.gpu.query_event(ev), started=t0)
@@ -220,8 +232,8 @@ class DriverKernels:
     def release(self, marks: list[Mark]) -> None:
         self._pool.give(marks)
 
-    def prefill(self, n: int, blocking: bool) -> None:
-        self._pool.fill(n, blocking)
+    def prefill(self, n: int, blocking: bool, timed: bool = True) -> None:
+        self._pool.fill(n, blocking, timed)
 
     def close(self) -> None:
         self.gpu.close()

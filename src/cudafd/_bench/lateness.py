@@ -6,13 +6,16 @@ samples]``), ``random_s`` (the uniform range of random lengths),
 ``rounds`` (one-stream: the methods take turns in this many rounds, each a
 block of ``samples / rounds`` awaits, in an order rotated every round),
 ``streams`` (the N of the N-stream workloads: N tasks each looping over
-(random kernel, await) for ``window_s``, ``multi_rounds`` rounds),
+(random kernel, await) for ``window_s``, ``multi_rounds`` rounds; each
+task times one wait in ``timed_every``, the others' end events untimed so
+that streams sharing a hardware queue do not run in turn, :mod:`.ends`),
 ``history`` (``stretch_s`` of ``kernel_s`` waits, then ``samples`` waits
 of ``after_s`` in ``blocks`` alternating with the spin floor, for
 ``methods``), ``warmup``, ``soft_s``.
 
 Workloads in the result: ``1x<name>`` (one stream), ``<N>x_random`` and
-``history``. Per workload and method: the lateness summary in µs (:func:`.numbers.summary`),
+``history``. Per workload and method: the lateness summary in µs
+(:func:`.numbers.summary`, over the timed waits), ``waits_per_s`` (all of them),
 ``net`` (one stream: minus the spin floor's p50 in the same rounds), and
 ``cores``: process CPU seconds over wall seconds of that method's measured
 stretches, and of that ``cores_loop`` (the event loop's thread) and
@@ -66,12 +69,14 @@ class _Acc:
 
     def __init__(self) -> None:
         self.lat: list[float] = []
+        self.waits = 0
         self.cpu = self.wall = 0.0
         self.split: dict[str, float] | None = {}  # CPU s of the loop's and cudafd's threads; None: unknown
         self.anchor_us: list[float] = []
 
     def add(self, kernels, recs: list, meter: CpuMeter | None, half: float) -> None:
-        self.lat += [lateness_us(t, kernels.end_s(m)) for m, t in recs]
+        self.lat += [lateness_us(t, kernels.end_s(m)) for m, t in recs if m.timed]
+        self.waits += len(recs)
         kernels.release([m for m, _ in recs])
         if meter is not None:
             self.cpu += meter.cpu
@@ -87,6 +92,7 @@ class _Acc:
         out: dict[str, Any] = {"label": LABELS[key], **summary(self.lat)}
         if self.wall > 0:
             out["cores"] = round(self.cpu / self.wall, 4)
+            out["waits_per_s"] = round(self.waits / self.wall, 1)
             out["cpu_s"], out["wall_s"] = round(self.cpu, 4), round(self.wall, 4)
             for k, v in (self.split or {}).items():
                 out[f"cores_{k}"] = round(v / self.wall, 4)
@@ -168,14 +174,17 @@ class Run:
         way, k, p = self.ways[key], self.k, self.p
         fn, blocking, perf = way.fn, way.blocking, time.perf_counter
         lo, hi = p["random_s"]
+        every = max(1, int(p.get("timed_every", 1)))
         stop = [False]
         recs: list = []
         tail: list = []  # awaits that ended after the window: not counted
 
         async def worker(i: int, stream: Any) -> None:
             rng = random.Random(f"{seed}/{i}")
+            j = i  # the tasks' timed waits staggered
             while not stop[0]:
-                mark = k.launch(stream, rng.uniform(lo, hi), blocking)
+                mark = k.launch(stream, rng.uniform(lo, hi), blocking, j % every == 0)
+                j += 1
                 await fn(stream, mark)
                 (tail if stop[0] else recs).append((mark, perf()))
 
@@ -198,15 +207,19 @@ class Run:
         k.release([m for m, _ in tail])
         await asyncio.sleep(SETTLE_S)
 
-    def _prefill(self, n: int, keys: list[str]) -> None:
+    def _prefill(self, n: int, keys: list[str], untimed: int = 0) -> None:
         for blocking in sorted({self.ways[k].blocking for k in keys}):
             self.k.prefill(n, blocking)
+            if untimed:
+                self.k.prefill(untimed, blocking, False)
 
     async def many_streams(self, n: int, streams: list) -> dict:
         rounds = max(1, int(self.p["multi_rounds"]))
         keys = self._keys(False)
         lo, hi = self.p["random_s"]
-        self._prefill(int(n * float(self.p["window_s"]) / ((lo + hi) / 2) * 1.5) + 2 * n, keys)
+        waits = int(n * float(self.p["window_s"]) / ((lo + hi) / 2) * 1.5) + 2 * n
+        every = max(1, int(self.p.get("timed_every", 1)))
+        self._prefill(waits // every + n, keys, 0 if every == 1 else waits)
         accs = {k: _Acc() for k in keys}
         for r in range(rounds):
             if self._late():
@@ -216,7 +229,7 @@ class Run:
                     await self._tasks(key, streams[:n], f"{n}/{r}", accs[key])
             self.progress.tick(f"{n} streams: round {r + 1}/{rounds}")
         return self._summaries(accs, {"streams": n, "kernel": f"random {lo * 1e6:.0f}-{hi * 1e6:.0f} us",
-                                      "window_s": self.p["window_s"], "rounds": rounds})
+                                      "window_s": self.p["window_s"], "rounds": rounds, "timed_every": every})
 
     async def history(self, stream: Any) -> dict:
         h = self.p["history"]
