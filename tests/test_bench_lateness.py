@@ -20,6 +20,7 @@ import cudafd
 from cudafd._bench import options
 from cudafd._core import lib as _lib
 from cudafd._bench.clocks import anchor, end_on_host, lateness_us, net
+from cudafd._bench.ends import Mark
 from cudafd._bench.lateness import _Acc
 from cudafd._bench.pareto import beaten_by, dominated, front
 from cudafd._bench.targets_lateness import evaluate
@@ -70,8 +71,16 @@ def test_quick_lateness_section_gives_every_workload_and_method(tmp_path):
         assert wl and list(wl) == (ONE_STREAM + MANY + ["history"])[: len(wl)], list(wl)
     else:
         assert list(wl) == ONE_STREAM + MANY + ["history"]
+    every = wl[MANY[0]]["timed_every"] if MANY[0] in wl else 1
+    assert MANY[0] not in wl or every == options.QUICK["lateness"]["timed_every"] > 1
     for name in [n for n in ONE_STREAM + MANY if n in wl]:
         methods = wl[name]["methods"]
+        for m in methods.values():
+            if name in ONE_STREAM:
+                assert m["n"] == m["waits"], (name, m["n"], m["waits"])  # every one-stream wait is timed
+            else:  # each task times one wait in `every`, its first at its index
+                streams = wl[name]["streams"]
+                assert m["n"] <= m["waits"] // every + streams, (name, m["n"], m["waits"], every)
         want = expected if name in ONE_STREAM else [k for k in expected if k != FLOOR]
         assert sorted(methods) == sorted(want), name
         for key, m in methods.items():
@@ -127,7 +136,7 @@ class _FakeKernels:
         self.ends, self.released = ends, []
 
     def end_s(self, mark):
-        return self.ends[mark]
+        return self.ends[mark.ev]
 
     def release(self, marks):
         self.released += marks
@@ -139,14 +148,17 @@ class _Meter:
 
 
 def test_accumulator_turns_resume_times_into_lateness_and_cores():
+    a, b, c = (Mark(name, False, 0.0, 0.0) for name in "abc")
+    untimed = Mark("u", False, 0.0, 0.0, timed=False)  # its end is not known: counted, not timed
     k = _FakeKernels({"a": 1.0, "b": 2.0, "c": 3.0})
     acc = _Acc()
-    acc.add(k, [("a", 1.000010), ("b", 2.000050)], _Meter(), 1e-6)
-    acc.add(k, [("c", 3.000030)], _Meter(), 3e-6)
+    acc.add(k, [(a, 1.000010), (untimed, 1.5), (b, 2.000050)], _Meter(), 1e-6)
+    acc.add(k, [(c, 3.000030)], _Meter(), 3e-6)
     assert [round(x, 3) for x in acc.lat] == [10.0, 50.0, 30.0]
-    assert k.released == ["a", "b", "c"]
+    assert k.released == [a, untimed, b, c]
     r = acc.result("cudafd_default")
     assert r["n"] == 3 and round(r["p50"], 2) == 30.0 and r["cores"] == 0.25 and r["anchor_err_us"] == 3.0
+    assert r["waits"] == 4 and r["waits_per_s"] == 2.0  # over the meters' 2 s of wall
     assert r["label"] == "cudafd default"
     assert (r["cores_loop"], r["cores_cudafd"]) == (0.125, 0.0625)
     blind = _Meter()

@@ -92,7 +92,7 @@ class _Acc:
         out: dict[str, Any] = {"label": LABELS[key], **summary(self.lat)}
         if self.wall > 0:
             out["cores"] = round(self.cpu / self.wall, 4)
-            out["waits_per_s"] = round(self.waits / self.wall, 1)
+            out["waits"], out["waits_per_s"] = self.waits, round(self.waits / self.wall, 1)
             out["cpu_s"], out["wall_s"] = round(self.cpu, 4), round(self.wall, 4)
             for k, v in (self.split or {}).items():
                 out[f"cores_{k}"] = round(v / self.wall, 4)

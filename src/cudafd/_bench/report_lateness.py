@@ -5,7 +5,8 @@
   the floor's own raw figures on the last line;
 * one stream: process CPU cores per method and length, and by thread
   (the loop's and cudafd's native threads);
-* N streams, random lengths: raw ``p50/p99`` µs and cores.
+* N streams, random lengths: raw ``p50/p99`` µs (over the timed waits),
+  cores, and thousands of waits a second (all of them).
 """
 
 from __future__ import annotations
@@ -114,16 +115,19 @@ def _many(res: dict) -> list[str]:
     if not many:
         return []
     keys = _keys(list(many.values()))
-    head = ["method"] + [h for k in many for h in (f"{k.split('x')[0]} streams p50/p99", "cores")]
+    head = ["method"] + [h for k in many for h in (f"{k.split('x')[0]}-stream p50/p99", "cores", "k/s")]
     rows = []
     for k in keys:
         row = [LABELS[k]]
         for w in many.values():
             m = w["methods"].get(k)
-            row += [cell(m, None), _cores(m)]
+            row += [cell(m, None), _cores(m), f"{m['waits_per_s'] / 1e3:.1f}" if m and m.get("waits_per_s") else ""]
         rows.append(row)
     lo, hi = res.get("random_us", [50, 3000])
-    title = f"N streams, {res['loop']}: each a task looping (random {lo:.0f}-{hi:.0f} us kernel, await); lateness us"
+    every = max(int(w.get("timed_every", 1)) for w in many.values())
+    timed = f", timed: 1 wait in {every}" if every > 1 else ""
+    title = (f"N streams, {res['loop']}: each a task looping (random {lo:.0f}-{hi:.0f} us kernel, await); "
+             f"lateness us{timed};\nk/s: thousand waits a second")
     return [title + "\n" + table(head, rows)]
 
 
