@@ -13,8 +13,8 @@ own, beside ``sleep(0)`` polling and the loop told at once:
 * ``cudafd_watchnow``: watch at once (the park is the task's yield).
 
 Two workloads: the lateness section's N streams each looping over (random
-50-3000 µs kernel, await), lateness from timing events
-(:mod:`cudafd._bench.lateness`), and the throughput section's 64 streams of
+50-3000 µs kernel, await), lateness from timing events on one wait in 8 as
+in the bench (:mod:`cudafd._bench.lateness`), and the throughput section's 64 streams of
 100 µs kernels (:mod:`cudafd._bench.throughput`), awaits per second against
 ``sleep(0)``'s in the same round. Prints a table; ``--out`` keeps the JSON.
 
@@ -32,6 +32,7 @@ import cudafd
 from cudafd._bench import lateness, methods, throughput, waiters
 from cudafd._bench.child import Progress
 from cudafd._bench.numbers import median
+from cudafd._bench.options import FULL
 from cudafd._core.policy import WaitPolicy
 
 VARIANTS = ("cudafd_yieldwatch", "cudafd_watchnow")
@@ -118,7 +119,8 @@ for k in VARIANTS:
 def _lateness(loop: str, rounds: int) -> dict:
     p = {"loop": loop, "methods": ["cudafd_event", *VARIANTS, "sleep0", waiters.HANDOFF], "one_stream": [],
          "random_s": [50e-6, 3000e-6], "rounds": 1, "streams": [4, 16, 64], "window_s": 0.4,
-         "multi_rounds": rounds, "history": None, "warmup": 5, "torch": True, "soft_s": 150}
+         "multi_rounds": rounds, "timed_every": FULL["lateness"]["timed_every"], "history": None, "warmup": 5,
+         "torch": True, "soft_s": 150}
     return lateness.run(p, Progress("busy_watch_ab", None, 600))
 
 
@@ -195,7 +197,8 @@ def main() -> None:
         print(f"  {name}")
         for key, m in wl["methods"].items():
             print(f"    {key:20s} {m['p50']:8.0f} {m['p99']:8.0f}  {m.get('cores', float('nan')):.3f}"
-                  f"  (loop {m.get('cores_loop', float('nan')):.3f}, cudafd {m.get('cores_cudafd', float('nan')):.3f})")
+                  f"  (loop {m.get('cores_loop', float('nan')):.3f}, cudafd {m.get('cores_cudafd', float('nan')):.3f})"
+                  f"  {m.get('waits_per_s', float('nan')):8.0f} waits/s")
     print(f"{a.loop}: 64 streams x 100 us ({tp['launch']}), {a.tp_rounds} rounds")
     for key, m in tp["methods"].items():
         lo, hi = m["x_range"] or (float("nan"), float("nan"))
