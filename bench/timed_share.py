@@ -9,7 +9,7 @@ event after its kernel) and records an untimed event after the others.
 A timing event holds the hardware queue its stream shares with others until
 its kernel ends (``bench/c/query_cost.c --hold``), so with more streams than
 ``CUDA_DEVICE_MAX_CONNECTIONS`` timing every wait makes them run in turn.
-Prints, per value and method: the timed waits' lateness p50/p99 (µs), all
+Prints, per value and method: the timed waits' lateness p50/p99/max (µs), all
 waits a second, and the process's cores.
 """
 from __future__ import annotations
@@ -44,11 +44,11 @@ def main() -> None:
     a = ap.parse_args()
     everies = [int(x) for x in a.every.split(",")]
     print(f"{a.streams} streams, {a.loop}, CUDA_DEVICE_MAX_CONNECTIONS={os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS')}")
-    print(f"{'every':>5} {'method':<16} {'p50 us':>8} {'p99 us':>8} {'timed':>6} {'waits/s':>9} {'cores':>6}")
+    print(f"{'every':>5} {'method':<16} {'p50 us':>8} {'p99 us':>8} {'max us':>8} {'timed':>6} {'waits/s':>9} {'cores':>6}")
     for r in range(a.rounds):
         for every in everies if r % 2 == 0 else everies[::-1]:
             for key, m in once(a.loop, every, a).items():
-                print(f"{every:>5} {key:<16} {m['p50']:>8.0f} {m['p99']:>8.0f} {m['n']:>6} "
+                print(f"{every:>5} {key:<16} {m['p50']:>8.0f} {m['p99']:>8.0f} {m['max']:>8.0f} {m['n']:>6} "
                       f"{m.get('waits_per_s', 0):>9.0f} {m.get('cores', 0):>6.2f}", flush=True)
     sys.stdout.flush()
 
