@@ -1,6 +1,6 @@
 """Whether timing every wait changes the lateness section's many-stream workloads.
 
-    python bench/timed_share.py [--every 1,8] [--streams 64] [--loop asyncio] [--rounds 2] [--window 0.4]
+    python bench/timed_share.py [--every 1,8] [--streams 64] [--loop asyncio] [--rounds 2] [--window 0.4] [--methods ...]
 
 The lateness section's N-stream workload (N tasks each looping over a
 random 50-3000 µs kernel and an await), once per ``--every`` value in
@@ -27,7 +27,7 @@ METHODS = ["cudafd_default", "sleep0", "executor", "thread20us"]
 
 
 def once(loop: str, every: int, a: argparse.Namespace) -> dict:
-    p = dict(FULL["lateness"], loop=loop, methods=METHODS, one_stream=[], streams=[a.streams], history=None,
+    p = dict(FULL["lateness"], loop=loop, methods=a.methods.split(","), one_stream=[], streams=[a.streams], history=None,
              window_s=a.window, multi_rounds=1, timed_every=every, soft_s=120)
     with tempfile.TemporaryDirectory() as d:
         out = lateness.run(p, Progress("timed_share", os.path.join(d, "r.json"), 300))
@@ -41,6 +41,7 @@ def main() -> None:
     ap.add_argument("--loop", default="asyncio")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--window", type=float, default=0.4)
+    ap.add_argument("--methods", default=",".join(METHODS), help="the lateness section's ways, in the order of the first round")
     a = ap.parse_args()
     everies = [int(x) for x in a.every.split(",")]
     print(f"{a.streams} streams, {a.loop}, CUDA_DEVICE_MAX_CONNECTIONS={os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS')}")
