@@ -1,6 +1,6 @@
 """Whether timing every wait changes the lateness section's many-stream workloads.
 
-    python bench/timed_share.py [--every 1,8] [--streams 64] [--loop asyncio] [--rounds 2] [--window 0.4] [--methods ...]
+    python bench/timed_share.py [--every 1,8] [--streams 64] [--loop asyncio] [--rounds 2] [--window 0.4] [--methods ...] [--gc-off]
 
 The lateness section's N-stream workload (N tasks each looping over a
 random 50-3000 µs kernel and an await), once per ``--every`` value in
@@ -15,6 +15,7 @@ waits a second, and the process's cores.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import tempfile
@@ -41,8 +42,11 @@ def main() -> None:
     ap.add_argument("--loop", default="asyncio")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--window", type=float, default=0.4)
+    ap.add_argument("--gc-off", action="store_true", help="Python's cyclic garbage collector off for the run")
     ap.add_argument("--methods", default=",".join(METHODS), help="the lateness section's ways, in the order of the first round")
     a = ap.parse_args()
+    if a.gc_off:
+        gc.disable()
     everies = [int(x) for x in a.every.split(",")]
     print(f"{a.streams} streams, {a.loop}, CUDA_DEVICE_MAX_CONNECTIONS={os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS')}")
     print(f"{'every':>5} {'method':<16} {'p50 us':>8} {'p99 us':>8} {'max us':>8} {'timed':>6} {'waits/s':>9} {'cores':>6}")
