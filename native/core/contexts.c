@@ -41,7 +41,10 @@
  * because the driver lets only about 56 blocking-sync records be pending on a
  * stream before the next one blocks the caller until the GPU catches up
  * (measured on an H200: bench/c/enqueue_cost.c); plain ones
- * never did. An event goes back to its pool once its wait finished, so
+ * never did. And a record with timing or blocking-sync holds the hardware
+ * queue its stream shares with others until the work before it ends, so
+ * streams sharing a queue would run in turn; a plain record does not
+ * (bench/c/query_cost.c --hold). An event goes back to its pool once its wait finished, so
  * steady-state watches create nothing. When no notifier is open, idle pools
  * are retired; side streams stay for the next notifier until
  * cudafd_release_idle.
@@ -95,9 +98,9 @@ void cfd_ctx_give_event(cfd_ctx *cx, CUevent ev)
     cx->pool[cx->npool++] = ev;
 }
 
-int cfd_event_create(CUevent *ev, bool blocking)
+int cfd_event_create(CUevent *ev)
 {
-    CUresult r = cu.cuEventCreate(ev, CU_EVENT_DISABLE_TIMING | (blocking ? CU_EVENT_BLOCKING_SYNC : 0));
+    CUresult r = cu.cuEventCreate(ev, CU_EVENT_DISABLE_TIMING);
     if (r != CUDA_SUCCESS)
         return cfd_fail_cuda(r, "cuEventCreate");
     cfd_count(ST_EVENTS, 1);
@@ -393,7 +396,7 @@ int cfd_record(cfd_ctx *cx, CUstream stream, CUevent taken, CUevent *out)
     bool pooled = ev != NULL;
     for (int attempt = 0; attempt < 2; attempt++) {
         if (!ev) {
-            int rc = cfd_event_create(&ev, false);
+            int rc = cfd_event_create(&ev);
             if (rc != CUDAFD_OK)
                 return rc;
         }

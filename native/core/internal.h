@@ -90,7 +90,7 @@ void cfd_quiesce_locked(void);                    /* g.mu held: retire idle pool
 void cfd_retire_side_streams_locked(void);        /* g.mu held: every idle side stream goes */
 void cfd_probe_begin(void);                       /* g.mu held: keep events and records alive while unlocked */
 void cfd_probe_end(void);                         /* g.mu held: ends a probe, retires what it kept alive */
-int cfd_event_create(CUevent *ev, bool blocking); /* counted; caller's context current */
+int cfd_event_create(CUevent *ev);                /* plain (contexts.c); counted; caller's context current */
 /* A side stream for one wait on `key` (a caller's stream or event), held until
  * cfd_side_release: the one the key's waits in flight use (so they stay in
  * order), else an idle one, else a new one (up to CFD_SIDE_MAX), else the
