@@ -1,6 +1,7 @@
 """Whether timing every wait changes the lateness section's many-stream workloads.
 
-    python bench/timed_share.py [--every 1,8] [--streams 64] [--loop asyncio] [--rounds 2] [--window 0.4] [--methods ...] [--gc-off]
+    python bench/timed_share.py [--every 1,8] [--streams 64] [--loop asyncio] [--rounds 2]
+                                [--window 0.4] [--methods A,B,...] [--gc-off]
 
 The lateness section's N-stream workload (N tasks each looping over a
 random 50-3000 µs kernel and an await), once per ``--every`` value in
@@ -28,8 +29,8 @@ METHODS = ["cudafd_default", "sleep0", "executor", "thread20us"]
 
 
 def once(loop: str, every: int, a: argparse.Namespace) -> dict:
-    p = dict(FULL["lateness"], loop=loop, methods=a.methods.split(","), one_stream=[], streams=[a.streams], history=None,
-             window_s=a.window, multi_rounds=1, timed_every=every, soft_s=120)
+    p = dict(FULL["lateness"], loop=loop, methods=a.methods.split(","), one_stream=[], streams=[a.streams],
+             history=None, window_s=a.window, multi_rounds=1, timed_every=every, soft_s=120)
     with tempfile.TemporaryDirectory() as d:
         out = lateness.run(p, Progress("timed_share", os.path.join(d, "r.json"), 300))
     return out["workloads"][f"{a.streams}x_random"]["methods"]
@@ -43,7 +44,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--window", type=float, default=0.4)
     ap.add_argument("--gc-off", action="store_true", help="Python's cyclic garbage collector off for the run")
-    ap.add_argument("--methods", default=",".join(METHODS), help="the lateness section's ways, in the order of the first round")
+    ap.add_argument("--methods", default=",".join(METHODS),
+                    help="the lateness section's ways, in the order of the first round")
     a = ap.parse_args()
     if a.gc_off:
         gc.disable()

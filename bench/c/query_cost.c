@@ -28,9 +28,9 @@
  * named and the row skipped), an empty host function and an empty kernel,
  * in turn, three times. Prints each one's wall time (median) and how many
  * kernels ran at once on average (N x R x kernel / wall): N where nothing
- * holds a queue, about the
- * number of hardware queues (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default)
- * where each stream's operation waits for its kernel before the queue goes on.
+ * holds a queue, about the number of hardware queues
+ * (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default) where each stream's operation
+ * waits for its kernel before the queue goes on.
  *
  * --contend 1: meanwhile a second thread does what an event loop awaiting
  * kernels on N other streams does: on each of them whose last event has

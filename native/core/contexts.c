@@ -44,8 +44,8 @@
  * never did. And a record with timing or blocking-sync holds the hardware
  * queue its stream shares with others until the work before it ends, so
  * streams sharing a queue would run in turn; a plain record does not
- * (bench/c/query_cost.c --hold). An event goes back to its pool once its wait finished, so
- * steady-state watches create nothing. When no notifier is open, idle pools
+ * (bench/c/query_cost.c --hold). An event goes back to its pool once its
+ * wait finished, so steady-state watches create nothing. When no notifier is open, idle pools
  * are retired; side streams stay for the next notifier until
  * cudafd_release_idle.
  */

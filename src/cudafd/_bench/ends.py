@@ -171,6 +171,7 @@ class DriverKernels:
         drv = gpu.drv
         self._record, self._query, self._sync = drv.cuEventRecord, drv.cuEventQuery, drv.cuEventSynchronize  # type: ignore[attr-defined]
         self._ref_stream = gpu.streams(1)[0]
+
         def make(blocking: bool, timed: bool) -> int:
             flags = _driver.CU_EVENT_BLOCKING_SYNC if blocking else _driver.CU_EVENT_DEFAULT
             return gpu.event(flags if timed else flags | _driver.CU_EVENT_DISABLE_TIMING)

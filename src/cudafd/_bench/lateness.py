@@ -15,7 +15,7 @@ of ``after_s`` in ``blocks`` alternating with the spin floor, for
 
 Workloads in the result: ``1x<name>`` (one stream), ``<N>x_random`` and
 ``history``. Per workload and method: the lateness summary in µs
-(:func:`.numbers.summary`, over the timed waits), ``waits_per_s`` (all of them),
+(:func:`.numbers.summary`, over the timed waits), ``waits`` and ``waits_per_s`` (all of them),
 ``net`` (one stream: minus the spin floor's p50 in the same rounds), and
 ``cores``: process CPU seconds over wall seconds of that method's measured
 stretches, and of that ``cores_loop`` (the event loop's thread) and
@@ -170,11 +170,10 @@ class Run:
                 m["net"] = d
         return {**head, "floor_p50": floor, "methods": methods}
 
-    async def _tasks(self, key: str, streams: list, seed: str, acc: _Acc) -> None:
+    async def _tasks(self, key: str, streams: list, seed: str, acc: _Acc, every: int) -> None:
         way, k, p = self.ways[key], self.k, self.p
         fn, blocking, perf = way.fn, way.blocking, time.perf_counter
         lo, hi = p["random_s"]
-        every = max(1, int(p.get("timed_every", 1)))
         stop = [False]
         recs: list = []
         tail: list = []  # awaits that ended after the window: not counted
@@ -218,7 +217,7 @@ class Run:
         keys = self._keys(False)
         lo, hi = self.p["random_s"]
         waits = int(n * float(self.p["window_s"]) / ((lo + hi) / 2) * 1.5) + 2 * n
-        every = max(1, int(self.p.get("timed_every", 1)))
+        every = max(1, int(self.p["timed_every"]))
         self._prefill(waits // every + n, keys, 0 if every == 1 else waits)
         accs = {k: _Acc() for k in keys}
         for r in range(rounds):
@@ -226,7 +225,7 @@ class Run:
                 break
             for key in keys[r % len(keys) :] + keys[: r % len(keys)]:
                 if key not in self.state["errors"]:
-                    await self._tasks(key, streams[:n], f"{n}/{r}", accs[key])
+                    await self._tasks(key, streams[:n], f"{n}/{r}", accs[key], every)
             self.progress.tick(f"{n} streams: round {r + 1}/{rounds}")
         return self._summaries(accs, {"streams": n, "kernel": f"random {lo * 1e6:.0f}-{hi * 1e6:.0f} us",
                                       "window_s": self.p["window_s"], "rounds": rounds, "timed_every": every})
