@@ -1,0 +1,197 @@
+"""Where the event loop's thread spends its time per wait on N busy streams.
+
+    CUDA_DEVICE_MAX_CONNECTIONS=32 python bench/loop_split.py [--streams 64] [--rounds 3]
+        [--loop asyncio|uvloop] [--methods A,B,...] [--gc on|off|freeze] [--out FILE]
+
+The lateness section's N-stream workload (N tasks each looping over a random
+50-3000 µs kernel and an await, one wait in 8 timed; :mod:`cudafd._bench.lateness`),
+the ways of ``--methods`` taking turns for ``--rounds`` rounds. When the
+loop's thread is saturated, every task waits for it in turn, and a task's
+cycle is N times the thread's time per wait: Little's law gives the waits'
+mean lateness as N / (waits a second) minus the mean kernel, which the
+table prints beside the measured mean. So on such a workload the loop's
+time per wait sets the lateness, and this says where it goes:
+
+* each callback the loop runs (``asyncio.events.Handle._run``; asyncio
+  only: uvloop's handles are not Python's), by kind: a task's step, a
+  reader of a cudafd fd, anything else (timers, cudafd's idle check);
+  the loop thread's CPU outside them is the loop's own (its select and
+  scheduling, and this probe's timing of the callbacks);
+* within the steps, inclusive: the bench's launch (kernel and end event),
+  cudafd's stream query (``Notifier.adapter_done_now``, and how often it
+  found the work over), watch and drain, and a polling way's event query.
+
+Every number is µs of the loop's thread per wait (all waits, timed or
+not) or a count per wait. The wrappers add a few tenths of a µs per call;
+compare ways within one run. ``--gc freeze`` runs ``gc.freeze()`` after
+the set-up (PyTorch imported, the kernels made), ``off`` disables the
+collector.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import gc
+import json
+import os
+import tempfile
+import time
+
+import cudafd
+from cudafd._bench import ends, lateness
+from cudafd._bench.child import Progress
+from cudafd._bench.options import FULL
+from cudafd._core.notifier import Notifier
+
+METHODS = ["cudafd_default", "sleep0", "bound_handoff"]
+ns = time.perf_counter_ns
+_on = [False]  # counting: between the CPU meter's start and stop of a way's window
+_key = [""]  # the way whose window runs
+_acc: dict[str, dict[str, list[int]]] = {}  # way -> name -> [calls, ns]
+
+
+def _add(name: str, d: int, n: int = 1) -> None:
+    a = _acc.setdefault(_key[0], {}).setdefault(name, [0, 0])
+    a[0] += n
+    a[1] += d
+
+
+def _timed(name: str, fn, over: str | None = None):
+    @functools.wraps(fn)
+    def wrapper(*args, **kw):
+        if not _on[0]:
+            return fn(*args, **kw)
+        t0 = ns()
+        r = fn(*args, **kw)
+        _add(name, ns() - t0)
+        if over is not None and r is True:
+            _add(over, 0)
+        return r
+
+    return wrapper
+
+
+def _kind(cb) -> str:
+    owner = getattr(cb, "__self__", None)
+    if isinstance(owner, asyncio.Future) or "Task" in type(cb).__name__:
+        return "step"
+    name = getattr(getattr(cb, "__func__", None), "__qualname__", "")
+    return "reader" if name in ("_Parked.on_readable", "FdHandoff._drain") else "other"
+
+
+def _instrument() -> None:
+    run = asyncio.events.Handle._run
+
+    def timed_run(self):
+        if not _on[0]:
+            return run(self)
+        t0 = ns()
+        try:
+            return run(self)
+        finally:
+            _add(_kind(self._callback), ns() - t0)
+
+    asyncio.events.Handle._run = timed_run
+    for cls in (ends.TorchKernels, ends.DriverKernels):
+        cls.launch = _timed("launch", cls.launch)
+        cls.query = _timed("query", cls.query)
+    Notifier.adapter_done_now = _timed("ask", Notifier.adapter_done_now, over="ask over")
+    Notifier.adapter_watch = _timed("watch", Notifier.adapter_watch)
+    Notifier.watch = _timed("watch", Notifier.watch)
+    Notifier.adapter_drain = _timed("drain", Notifier.adapter_drain)
+    Notifier.drain = _timed("drain", Notifier.drain)
+
+    meter = lateness.CpuMeter
+
+    class Meter(meter):
+        def start(self):
+            r = super().start()
+            _on[0] = True
+            return r
+
+        def stop(self):
+            _on[0] = False
+            return super().stop()
+
+    lateness.CpuMeter = Meter
+    tasks = lateness.Run._tasks
+
+    async def keyed(self, key, *args, **kw):
+        _key[0] = key
+        return await tasks(self, key, *args, **kw)
+
+    lateness.Run._tasks = keyed
+
+
+COLUMNS = ["step", "reader", "other", "launch", "query", "ask", "watch", "drain"]
+
+
+def table(res: dict, n: int, mean_kernel_us: float) -> str:
+    out = [f"{n} streams: µs of the loop's thread per wait (calls per wait); lateness µs",
+           f"{'way':<16}{'waits/s':>8}{'loop':>7}{'own':>7}" + "".join(f"{c:>13}" for c in COLUMNS)
+           + f"{'ask over':>9}{'mean':>7}{'Little':>7}{'p50':>7}{'p99':>7}{'max':>8}"]
+    for key, m in res["methods"].items():
+        w = m.get("waits") or 1
+        acc = _acc.get(key, {})
+        loop_us = m.get("cores_loop", float("nan")) * m.get("wall_s", float("nan")) / w * 1e6
+        handles = sum(acc.get(k, [0, 0])[1] for k in ("step", "reader", "other")) / w / 1e3
+        cells = []
+        for c in COLUMNS:
+            calls, t = acc.get(c, [0, 0])
+            cells.append(f"{t / w / 1e3:6.1f} ({calls / w:4.2f})" if calls else f"{'-':>13}")
+        ask = acc.get("ask", [0, 0])[0]
+        over = f"{acc.get('ask over', [0, 0])[0] / ask:8.0%}" if ask else f"{'-':>8}"
+        little = n / m["waits_per_s"] * 1e6 - mean_kernel_us if m.get("waits_per_s") else float("nan")
+        own = f"{loop_us - handles:7.1f}" if handles else f"{'-':>7}"
+        out.append(f"{key:<16}{m.get('waits_per_s', 0):8.0f}{loop_us:7.1f}{own}" + "".join(cells)
+                   + f" {over}{m['mean']:7.0f}{little:7.0f}{m['p50']:7.0f}{m['p99']:7.0f}{m['max']:8.0f}")
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--streams", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--window", type=float, default=0.4)
+    ap.add_argument("--loop", default="asyncio")
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--gc", choices=("on", "off", "freeze"), default="on")
+    ap.add_argument("--out", default=None, help="keep the bench's result and the counts as JSON")
+    a = ap.parse_args()
+    _instrument()
+    p = dict(FULL["lateness"], loop=a.loop, methods=a.methods.split(","), one_stream=[], streams=[a.streams],
+             history=None, window_s=a.window, multi_rounds=a.rounds, soft_s=600)
+    if a.gc == "off":
+        gc.disable()
+    elif a.gc == "freeze":
+        _freeze_after_setup()
+    with tempfile.TemporaryDirectory() as d:
+        res = lateness.run(p, Progress("loop_split", os.path.join(d, "r.json"), 900))
+    wl = res["workloads"][f"{a.streams}x_random"]
+    lo, hi = p["random_s"]
+    print(f"{a.loop}, gc {a.gc}, CUDA_DEVICE_MAX_CONNECTIONS={os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS')}, "
+          f"{a.rounds} rounds of {a.window} s, kernels {res['kernels']['kind']}")
+    print(table(wl, a.streams, (lo + hi) / 2 * 1e6))
+    if res["errors"]:
+        print("errors:", res["errors"])
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"args": vars(a), "workload": wl, "counts": _acc, "errors": res["errors"]}, f, indent=1)
+
+
+def _freeze_after_setup() -> None:
+    """gc.freeze() once the bench's kernels exist, before the first way runs."""
+    make = lateness.kernels_for
+
+    def kernels_for(*args, **kw):
+        k = make(*args, **kw)
+        gc.collect()
+        gc.freeze()
+        return k
+
+    lateness.kernels_for = kernels_for
+
+
+if __name__ == "__main__":
+    main()
