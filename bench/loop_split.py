@@ -1,7 +1,7 @@
 """Where the event loop's thread spends its time per wait on N busy streams.
 
     CUDA_DEVICE_MAX_CONNECTIONS=32 python bench/loop_split.py [--streams 64] [--rounds 3]
-        [--loop asyncio|uvloop] [--methods A,B,...] [--gc on|off|freeze] [--out FILE]
+        [--loop asyncio|uvloop] [--methods A,B,...] [--gc freeze|on|off] [--out FILE]
 
 The lateness section's N-stream workload (N tasks each looping over a random
 50-3000 µs kernel and an await, one wait in 8 timed; :mod:`cudafd._bench.lateness`),
@@ -23,9 +23,9 @@ time per wait sets the lateness, and this says where it goes:
 
 Every number is µs of the loop's thread per wait (all waits, timed or
 not) or a count per wait. The wrappers add a few tenths of a µs per call;
-compare ways within one run. ``--gc freeze`` runs ``gc.freeze()`` after
-the set-up (PyTorch imported, the kernels made), ``off`` disables the
-collector.
+compare ways within one run. ``--gc``: ``freeze`` (the bench's way:
+``gc.freeze()`` after the set-up, PyTorch imported and the kernels made),
+``on`` (the collector left as it is), ``off`` (disabled).
 """
 from __future__ import annotations
 
@@ -156,16 +156,20 @@ def main() -> None:
     ap.add_argument("--window", type=float, default=0.4)
     ap.add_argument("--loop", default="asyncio")
     ap.add_argument("--methods", default=",".join(METHODS))
-    ap.add_argument("--gc", choices=("on", "off", "freeze"), default="on")
+    ap.add_argument("--gc", choices=("freeze", "on", "off"), default="freeze")
     ap.add_argument("--out", default=None, help="keep the bench's result and the counts as JSON")
+    ap.add_argument("--plot", default=None, metavar="PNG", help="draw the --out JSON files given instead of running")
+    ap.add_argument("json", nargs="*")
     a = ap.parse_args()
+    if a.plot:
+        plot(a.plot, a.json)
+        return
     _instrument()
     p = dict(FULL["lateness"], loop=a.loop, methods=a.methods.split(","), one_stream=[], streams=[a.streams],
              history=None, window_s=a.window, multi_rounds=a.rounds, soft_s=600)
+    p["gc_freeze"] = a.gc == "freeze"
     if a.gc == "off":
         gc.disable()
-    elif a.gc == "freeze":
-        _freeze_after_setup()
     with tempfile.TemporaryDirectory() as d:
         res = lateness.run(p, Progress("loop_split", os.path.join(d, "r.json"), 900))
     wl = res["workloads"][f"{a.streams}x_random"]
@@ -180,17 +184,48 @@ def main() -> None:
             json.dump({"args": vars(a), "workload": wl, "counts": _acc, "errors": res["errors"]}, f, indent=1)
 
 
-def _freeze_after_setup() -> None:
-    """gc.freeze() once the bench's kernels exist, before the first way runs."""
-    make = lateness.kernels_for
+PARTS = [("launch", "launch + end event"), ("query", "sleep(0)'s queries"), ("ask", "cudafd's ask"),
+         ("watch", "cudafd's watch"), ("drain", "cudafd's drain")]
 
-    def kernels_for(*args, **kw):
-        k = make(*args, **kw)
-        gc.collect()
-        gc.freeze()
-        return k
 
-    lateness.kernels_for = kernels_for
+def _parts(run: dict, key: str) -> list[float]:
+    """µs per wait of the loop's thread: PARTS, the rest of the steps and callbacks, the loop's own."""
+    m, acc = run["workload"]["methods"][key], run["counts"].get(key, {})
+    w = m["waits"]
+    us = {k: v[1] / w / 1e3 for k, v in acc.items()}
+    total = m["cores_loop"] * m["wall_s"] / w * 1e6
+    named = [us.get(k, 0.0) for k, _ in PARTS]
+    handles = us.get("step", 0.0) + us.get("reader", 0.0) + us.get("other", 0.0)
+    if not handles:  # uvloop: no split of the callbacks
+        return named + [total - sum(named), 0.0]
+    return named + [handles - sum(named), total - handles]
+
+
+def plot(png: str, paths: list[str]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [json.load(open(p)) for p in paths]
+    fig, ax = plt.subplots(figsize=(1.1 * sum(len(r["workload"]["methods"]) for r in runs) + 4, 4.5))
+    labels = [t for _, t in PARTS] + ["rest of the steps and callbacks", "the loop's own"]
+    x, ticks = 0, []
+    for run in runs:
+        for key in run["workload"]["methods"]:
+            bottom = 0.0
+            for i, v in enumerate(_parts(run, key)):
+                ax.bar(x, v, 0.7, bottom=bottom, color=f"C{i}", label=labels[i] if x == 0 else None)
+                bottom += v
+            ticks.append((x, f"{key}\n{run['args']['loop']}"))
+            x += 1
+        x += 0.5
+    ax.set_xticks([t for t, _ in ticks], [n for _, n in ticks], fontsize=7, rotation=30, ha="right")
+    ax.set_ylabel("µs of the loop's thread per wait")
+    ax.set_title(f"{runs[0]['args']['streams']} streams of random 50-3000 µs kernels")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
 
 
 if __name__ == "__main__":

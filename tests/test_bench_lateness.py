@@ -63,6 +63,7 @@ def test_quick_lateness_section_gives_every_workload_and_method(tmp_path):
         assert "unavailable" in res["errors"][key], res["errors"][key]
     if not has_max_lateness():
         assert "max_lateness" in res["errors"]["cudafd_ml1ms"]
+    assert res["gc_frozen"] is True  # the set-up's objects out of the collector (lateness.py)
     wl = res["workloads"]
     if res["truncated"] and REAL:
         # Its time budget ran out first (on a GPU shared with the suite's other workers, whose

@@ -23,11 +23,20 @@ stretches, and of that ``cores_loop`` (the event loop's thread) and
 other threads' (the executor's, the polling thread, the driver's). Kernels
 go through PyTorch when it has a CUDA device (``torch`` param true), else
 the project's kernel (:mod:`.ends`).
+
+Before the first way runs, the set-up's objects (PyTorch's among them) are
+frozen out of Python's cyclic garbage collector (``gc.freeze``; ``gc_freeze``
+false leaves them in): on the H200 host a full collection over them stalled
+the loop for 70-100 ms once in every fresh process, landing on whichever way
+ran then, and with them frozen no wait was later than 7 ms
+(docs/performance.md, "64 streams"). What users are told to do the same
+for: docs/guide.md.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
 import random
 import time
@@ -285,7 +294,7 @@ def run(p: dict, progress: Progress) -> dict:
 
     def result() -> dict:
         return {"loop": p["loop"], "kernels": info, "random_us": [x * 1e6 for x in p["random_s"]],
-                "labels": {k: LABELS[k] for k in p["methods"]}, **state}
+                "labels": {k: LABELS[k] for k in p["methods"]}, "gc_frozen": p.get("gc_freeze", True), **state}
 
     progress.partial = result
     loop = new_loop(p["loop"])
@@ -294,8 +303,12 @@ def run(p: dict, progress: Progress) -> dict:
     try:
         streams = kernels.streams(max([1] + [int(n) for n in p["streams"]]))
         ways, close_ways = build(list(p["methods"]), kernels, state["errors"])
+        if p.get("gc_freeze", True):
+            gc.collect()
+            gc.freeze()
         loop.run_until_complete(Run(p, kernels, ways, state, progress).main(streams))
     finally:
+        gc.unfreeze()
         if close_ways is not None:
             close_ways()
         loop.run_until_complete(loop.shutdown_default_executor())
