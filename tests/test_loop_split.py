@@ -1,0 +1,53 @@
+"""bench/loop_split.py counts what it says it counts (on the simulator unless
+CUDAFD_TEST_DRIVER=real): one launch per wait for every way, the default's
+one ask per wait and a watch for each wait its ask did not find over, the
+bound's one watch per wait, sleep(0)'s queries, and the loop's callbacks by
+kind. No timing thresholds: only counts and the table's shape."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import cudafd
+from support import REAL
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_loop_split_counts_each_step_per_wait(tmp_path):
+    env = dict(os.environ)
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(cudafd.__file__)))
+    env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if not REAL:
+        env["CUDAFD_SIMULATOR"] = "1"  # (a GPU machine running the simulator suite)
+    out = tmp_path / "split.json"
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "loop_split.py"), "--streams", "8", "--rounds", "1",
+           "--window", "0.1", "--methods", "cudafd_default,sleep0,bound_handoff", "--out", str(out)]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "Little" in r.stdout and "8 streams" in r.stdout, r.stdout
+    doc = json.loads(out.read_text())
+    assert not doc["errors"], doc["errors"]
+    assert doc["args"]["gc"] == "freeze"
+    methods, counts = doc["workload"]["methods"], doc["counts"]
+    assert set(methods) == {"cudafd_default", "sleep0", "bound_handoff"}
+
+    def per_wait(key: str, name: str) -> float:
+        return counts[key].get(name, [0, 0])[0] / methods[key]["waits"]
+
+    for key in methods:
+        assert methods[key]["waits"] > 0
+        # every counted wait launched once; waits that ended after the window launched but are not counted
+        assert 1.0 <= per_wait(key, "launch") <= 1.0 + 8 / methods[key]["waits"] + 0.05, (key, counts[key])
+        assert per_wait(key, "step") >= 0.99, (key, counts[key])  # a task step per wait at least
+    # the default: one ask per wait (a busy loop's lone waits), a watch for each not found over
+    asks, over = per_wait("cudafd_default", "ask"), per_wait("cudafd_default", "ask over")
+    assert 0.99 <= asks <= 1.1, counts["cudafd_default"]
+    assert abs(per_wait("cudafd_default", "watch") - (asks - over)) <= 0.1, counts["cudafd_default"]
+    assert per_wait("cudafd_default", "drain") > 0 and per_wait("cudafd_default", "reader") > 0
+    # the bound watches every wait and never asks; sleep(0) only queries its end event
+    assert 0.99 <= per_wait("bound_handoff", "watch") <= 1.1 and "ask" not in counts["bound_handoff"]
+    assert per_wait("sleep0", "query") >= 1.0 and "watch" not in counts["sleep0"]
