@@ -38,7 +38,6 @@ import os
 import tempfile
 import time
 
-import cudafd
 from cudafd._bench import ends, lateness
 from cudafd._bench.child import Progress
 from cudafd._bench.options import FULL

@@ -108,11 +108,13 @@ fn a_young_fence_asking_finds_a_fault() {
     // No reactor and no dispatch; the poller would not ask for 2.5 s.
     let notifier = Notifier::new(Mechanism::Event).unwrap();
     notifier.set_max_lateness(Duration::from_secs(10)).unwrap();
+    // Long enough that the watch comes before the fault on a loaded machine
+    // (a watch in a context that faulted already fails at once).
     stream
-        .launch_fault(Duration::from_millis(1), CudaError::ILLEGAL_ADDRESS)
+        .launch_fault(Duration::from_millis(50), CudaError::ILLEGAL_ADDRESS)
         .unwrap();
     let fence = notifier.watch(stream.as_raw()).unwrap();
-    assert!(stream.synchronize().is_err()); // faulted by the fence's first poll
+    assert!(stream.synchronize().is_err()); // faulted before the fence's first poll
     let r = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
