@@ -306,6 +306,15 @@ def live_counts() -> dict[str, int]:
     return {k: s.get(k, 0) for k in LIVE_COUNTS}
 
 
+def prepare(stream: Stream, mechanism: str) -> None:
+    """Make now the streams a later fence of ``mechanism`` in the stream's context needs
+    (hostfunc's side streams). On a GPU a stream created while the GPU is busy can hold
+    up every CUDA call until it drains (docs/guide.md, "Many streams"): a fence made
+    right after a launch could then return only once the kernel ended."""
+    with cudafd.Notifier(mechanism) as n:
+        n.prepare(stream)
+
+
 def release_idle() -> int:
     """Destroy the side streams the core keeps for later notifiers (when no
     Notifier is open): cudafd_release_idle. 0 where the core is not loaded."""

@@ -8,7 +8,7 @@ import time
 import pytest
 
 import cudafd
-from support import first_watch, run
+from support import first_watch, prepare, run
 
 
 def test_cancellation_storm(dev, loop_flavor, mechanism):
@@ -105,6 +105,7 @@ def test_close_from_another_thread(dev, loop_flavor):
 
 def test_fence_close_and_timeout(dev, mechanism):
     s = dev.stream()
+    prepare(s, mechanism)  # else the fence's watch may wait out the kernel (support.prepare)
     s.launch(0.2)
     f = cudafd.fence(s, mechanism=mechanism)
     assert f.wait(timeout=0.01) is False

@@ -9,10 +9,12 @@ import time
 
 
 import cudafd
+from support import prepare
 
 
 def test_fence_fd_becomes_readable(dev, mechanism):
     s = dev.stream()
+    prepare(s, mechanism)  # else the fence's watch may wait out the kernel (support.prepare)
     s.launch(0.05)
     with cudafd.fence(s, mechanism=mechanism) as f:
         assert not f.done()
