@@ -25,7 +25,7 @@ from cudafd._bench.lateness import _Acc
 from cudafd._bench.pareto import beaten_by, dominated, front
 from cudafd._bench.targets_lateness import evaluate
 from cudafd._bench.waiters import FLOOR, HANDOFF, all_keys, has_max_lateness
-from support import REAL
+from support import REAL, child_env
 
 ONE_STREAM = [f"1x{name}" for name, _, _ in options.LATENESS_ONE_STREAM]
 MANY = ["4x_random", "16x_random", "64x_random"]
@@ -109,6 +109,39 @@ def test_quick_lateness_section_gives_every_workload_and_method(tmp_path):
         assert doc["files"]["lateness_plot"] is None
     else:
         assert doc["files"]["lateness_plot"] == "lateness.png" and (tmp_path / "lateness.png").stat().st_size > 0
+
+
+_FREEZE_CHILD = """
+import gc, json, sys
+from cudafd._bench import lateness
+from cudafd._bench.child import Progress
+from cudafd._bench.options import QUICK
+p = dict(QUICK["lateness"], loop="asyncio", methods=["sleep0"], one_stream=[], streams=[], history=None)
+during = []
+main = lateness.Run.main
+async def counted(self, streams):
+    during.append(gc.get_freeze_count())
+    await main(self, streams)
+lateness.Run.main = counted
+out = {}
+out["plain"] = lateness.run(p, Progress("t", None, 60))["gc_frozen"], during[-1] > 0, gc.get_freeze_count()
+gc.freeze()
+kept = gc.get_freeze_count()
+out["caller_frozen"] = lateness.run(p, Progress("t", None, 60))["gc_frozen"], during[-1] == kept, gc.get_freeze_count() == kept > 0
+gc.unfreeze()
+out["off"] = lateness.run(dict(p, gc_freeze=False), Progress("t", None, 60))["gc_frozen"], during[-1], gc.get_freeze_count()
+print(json.dumps(out))
+"""
+
+
+def test_the_lateness_section_freezes_its_set_up_and_thaws_only_what_it_froze():
+    env = child_env(**({} if REAL else {"CUDAFD_SIMULATOR": "1"}))
+    r = subprocess.run([sys.executable, "-c", _FREEZE_CHILD], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["plain"] == [True, True, 0]  # frozen while the ways ran, nothing left frozen after
+    assert out["caller_frozen"] == [True, True, True]  # the caller's freeze kept as it was
+    assert out["off"] == [False, 0, 0]
 
 
 def test_anchor_takes_the_midpoint_of_the_last_no_and_the_first_yes():

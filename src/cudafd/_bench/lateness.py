@@ -25,12 +25,13 @@ go through PyTorch when it has a CUDA device (``torch`` param true), else
 the project's kernel (:mod:`.ends`).
 
 Before the first way runs, the set-up's objects (PyTorch's among them) are
-frozen out of Python's cyclic garbage collector (``gc.freeze``; ``gc_freeze``
-false leaves them in): on the H200 host a full collection over them stalled
-the loop for 70-100 ms once in every fresh process, landing on whichever way
-ran then, and with them frozen no wait was later than 7 ms
-(docs/performance.md, "64 streams"). What users are told to do the same
-for: docs/guide.md.
+frozen out of Python's cyclic garbage collector (``gc.freeze``, undone at
+the end; ``gc_freeze`` false leaves them in, and a caller's own freeze is
+left as it is): on the H200 host a full collection over them stalled the
+loop for 82-117 ms in every fresh process and every few seconds after,
+landing on whichever way ran then, and with them frozen no wait was later
+than 7 ms (docs/performance.md, "A collector stall"). The guide tells users
+the same (docs/guide.md, "What it cannot bound: your loop's thread").
 """
 
 from __future__ import annotations
@@ -300,15 +301,18 @@ def run(p: dict, progress: Progress) -> dict:
     loop = new_loop(p["loop"])
     asyncio.set_event_loop(loop)
     close_ways = None
+    frozen = False  # by this run (a caller's own freeze is left as it is)
     try:
         streams = kernels.streams(max([1] + [int(n) for n in p["streams"]]))
         ways, close_ways = build(list(p["methods"]), kernels, state["errors"])
-        if p.get("gc_freeze", True):
+        if p.get("gc_freeze", True) and gc.get_freeze_count() == 0:
             gc.collect()
             gc.freeze()
+            frozen = True
         loop.run_until_complete(Run(p, kernels, ways, state, progress).main(streams))
     finally:
-        gc.unfreeze()
+        if frozen:
+            gc.unfreeze()
         if close_ways is not None:
             close_ways()
         loop.run_until_complete(loop.shutdown_default_executor())
