@@ -289,13 +289,14 @@ class Run:
 
 def run(p: dict, progress: Progress) -> dict:
     state: dict = {"workloads": {}, "errors": {}, "notes": [], "truncated": False}
+    freeze = bool(p.get("gc_freeze", True))
     kernels = kernels_for(p, state["notes"])
     info = {"kind": kernels.kind, "device": kernels.device, "timing": kernels.timing,
             "estimated_ends": kernels.estimated, "calibration": kernels.calibration}
 
     def result() -> dict:
         return {"loop": p["loop"], "kernels": info, "random_us": [x * 1e6 for x in p["random_s"]],
-                "labels": {k: LABELS[k] for k in p["methods"]}, "gc_frozen": p.get("gc_freeze", True), **state}
+                "labels": {k: LABELS[k] for k in p["methods"]}, "gc_frozen": freeze, **state}
 
     progress.partial = result
     loop = new_loop(p["loop"])
@@ -305,7 +306,7 @@ def run(p: dict, progress: Progress) -> dict:
     try:
         streams = kernels.streams(max([1] + [int(n) for n in p["streams"]]))
         ways, close_ways = build(list(p["methods"]), kernels, state["errors"])
-        if p.get("gc_freeze", True) and gc.get_freeze_count() == 0:
+        if freeze and gc.get_freeze_count() == 0:
             gc.collect()
             gc.freeze()
             frozen = True
