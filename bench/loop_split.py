@@ -17,9 +17,18 @@ time per wait sets the lateness, and this says where it goes:
   reader of a cudafd fd, anything else (timers, cudafd's idle check);
   the loop thread's CPU outside them is the loop's own (its select and
   scheduling, and this probe's timing of the callbacks);
-* within the steps, inclusive: the bench's launch (kernel and end event),
-  cudafd's stream query (``Notifier.adapter_done_now``, and how often it
-  found the work over), watch and drain, and a polling way's event query.
+* within the steps, inclusive: the bench's launch (kernel and end event;
+  its wall time, and the thread's CPU time within it), cudafd's stream
+  query (``Notifier.adapter_done_now``, and how often it found the work
+  over), watch and drain, and a polling way's event query;
+* over each way's windows, what the scheduler says of the loop's thread
+  (``/proc/thread-self/schedstat``: time on a CPU, time runnable but
+  waiting for one) and the virtual machine's stolen time (``/proc/stat``,
+  every CPU, in clock ticks): a process whose thread is slower per wait
+  because it waits for a CPU, or because the host runs something else on
+  its CPUs, shows it there. The header gives the thread's speed at plain
+  Python with no GPU call, before and after the run (``ref``: ms for a
+  fixed loop, the best of five), to tell a slower CPU from slower calls.
 
 Every number is µs of the loop's thread per wait (all waits, timed or
 not) or a count per wait. The wrappers add a few tenths of a µs per call;
@@ -71,6 +80,56 @@ def _timed(name: str, fn, over: str | None = None):
     return wrapper
 
 
+def _sched() -> tuple[int, int]:
+    """The calling thread's time on a CPU and time runnable waiting for one, ns (0, 0 if unknown)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            run, wait = f.read().split()[:2]
+        return int(run), int(wait)
+    except (OSError, ValueError):
+        return 0, 0
+
+
+def _steal() -> int:
+    """Stolen time of every CPU of the machine so far, ns (0 if unknown)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return int(fields[8]) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _ref_ms() -> float:
+    """ms of the calling thread for a fixed pure-Python loop, the best of five."""
+    best = float("inf")
+    for _ in range(5):
+        t0 = ns()
+        x = 0
+        for i in range(200_000):
+            x += i & 7
+        best = min(best, (ns() - t0) / 1e6)
+    return round(best, 2)
+
+
+def _timed_cpu(name: str, fn):
+    """_timed, with the thread's CPU time within the call as ``name cpu``."""
+    cpu = time.thread_time_ns
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kw):
+        if not _on[0]:
+            return fn(*args, **kw)
+        t0, c0 = ns(), cpu()
+        r = fn(*args, **kw)
+        c1 = cpu()
+        _add(name, ns() - t0)
+        _add(name + " cpu", c1 - c0)
+        return r
+
+    return wrapper
+
+
 def _kind(cb) -> str:
     owner = getattr(cb, "__self__", None)
     if isinstance(owner, asyncio.Future) or "Task" in type(cb).__name__:
@@ -93,7 +152,7 @@ def _instrument() -> None:
 
     asyncio.events.Handle._run = timed_run
     for cls in (ends.TorchKernels, ends.DriverKernels):
-        cls.launch = _timed("launch", cls.launch)
+        cls.launch = _timed_cpu("launch", cls.launch)
         cls.query = _timed("query", cls.query)
     Notifier.adapter_done_now = _timed("ask", Notifier.adapter_done_now, over="ask over")
     Notifier.adapter_watch = _timed("watch", Notifier.adapter_watch)
@@ -106,11 +165,16 @@ def _instrument() -> None:
     class Meter(meter):
         def start(self):
             r = super().start()
+            self._sched0, self._steal0 = _sched(), _steal()
             _on[0] = True
             return r
 
         def stop(self):
             _on[0] = False
+            run, wait = _sched()
+            _add("sched run", run - self._sched0[0])
+            _add("sched wait", wait - self._sched0[1])
+            _add("steal", _steal() - self._steal0)
             return super().stop()
 
     lateness.CpuMeter = Meter
@@ -124,12 +188,14 @@ def _instrument() -> None:
 
 
 COLUMNS = ["step", "reader", "other", "launch", "query", "ask", "watch", "drain"]
+SCHED = ["launch cpu", "sched run", "sched wait", "steal"]  # µs per wait, no call counts
 
 
 def table(res: dict, n: int, mean_kernel_us: float) -> str:
     out = [f"{n} streams: µs of the loop's thread per wait (calls per wait); lateness µs",
            f"{'way':<16}{'waits/s':>8}{'loop':>7}{'own':>7}" + "".join(f"{c:>13}" for c in COLUMNS)
-           + f"{'ask over':>9}{'mean':>7}{'Little':>7}{'p50':>7}{'p99':>7}{'max':>8}"]
+           + f"{'ask over':>9}{'mean':>7}{'Little':>7}{'p50':>7}{'p99':>7}{'max':>8}"
+           + "".join(f"{c:>11}" for c in SCHED)]
     for key, m in res["methods"].items():
         w = m.get("waits") or 1
         acc = _acc.get(key, {})
@@ -144,7 +210,8 @@ def table(res: dict, n: int, mean_kernel_us: float) -> str:
         little = n / m["waits_per_s"] * 1e6 - mean_kernel_us if m.get("waits_per_s") else float("nan")
         own = f"{loop_us - handles:7.1f}" if handles else f"{'-':>7}"
         out.append(f"{key:<16}{m.get('waits_per_s', 0):8.0f}{loop_us:7.1f}{own}" + "".join(cells)
-                   + f" {over}{m['mean']:7.0f}{little:7.0f}{m['p50']:7.0f}{m['p99']:7.0f}{m['max']:8.0f}")
+                   + f" {over}{m['mean']:7.0f}{little:7.0f}{m['p50']:7.0f}{m['p99']:7.0f}{m['max']:8.0f}"
+                   + "".join(f"{acc.get(c, [0, 0])[1] / w / 1e3:11.1f}" for c in SCHED))
     return "\n".join(out)
 
 
@@ -169,18 +236,20 @@ def main() -> None:
     p["gc_freeze"] = a.gc == "freeze"
     if a.gc == "off":
         gc.disable()
+    ref = [_ref_ms()]
     with tempfile.TemporaryDirectory() as d:
         res = lateness.run(p, Progress("loop_split", os.path.join(d, "r.json"), 900))
+    ref.append(_ref_ms())
     wl = res["workloads"][f"{a.streams}x_random"]
     lo, hi = p["random_s"]
     print(f"{a.loop}, gc {a.gc}, CUDA_DEVICE_MAX_CONNECTIONS={os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS')}, "
-          f"{a.rounds} rounds of {a.window} s, kernels {res['kernels']['kind']}")
+          f"{a.rounds} rounds of {a.window} s, kernels {res['kernels']['kind']}, ref {ref[0]} / {ref[1]} ms")
     print(table(wl, a.streams, (lo + hi) / 2 * 1e6))
     if res["errors"]:
         print("errors:", res["errors"])
     if a.out:
         with open(a.out, "w") as f:
-            json.dump({"args": vars(a), "workload": wl, "counts": _acc, "errors": res["errors"]}, f, indent=1)
+            json.dump({"args": vars(a), "ref_ms": ref, "workload": wl, "counts": _acc, "errors": res["errors"]}, f, indent=1)
 
 
 PARTS = [("launch", "launch + end event"), ("query", "sleep(0)'s queries"), ("ask", "cudafd's ask"),

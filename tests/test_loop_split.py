@@ -43,6 +43,9 @@ def test_loop_split_counts_each_step_per_wait(tmp_path):
         # every counted wait launched once; waits that ended after the window launched but are not counted
         assert 1.0 <= per_wait(key, "launch") <= 1.0 + 8 / methods[key]["waits"] + 0.05, (key, counts[key])
         assert per_wait(key, "step") >= 0.99, (key, counts[key])  # a task step per wait at least
+        # the loop thread's scheduler figures, read once per window (Linux has schedstat)
+        assert counts[key]["sched run"][0] == 1 and counts[key]["sched run"][1] > 0, (key, counts[key])
+        assert counts[key]["launch cpu"][0] == counts[key]["launch"][0], (key, counts[key])
     # the default: one ask per wait (a busy loop's lone waits), a watch for each not found over
     asks, over = per_wait("cudafd_default", "ask"), per_wait("cudafd_default", "ask over")
     assert 0.99 <= asks <= 1.1, counts["cudafd_default"]
