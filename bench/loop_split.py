@@ -26,7 +26,8 @@ time per wait sets the lateness, and this says where it goes:
   waiting for one) and the virtual machine's stolen time (``/proc/stat``,
   every CPU, in clock ticks): a process whose thread is slower per wait
   because it waits for a CPU, or because the host runs something else on
-  its CPUs, shows it there. The header gives the thread's speed at plain
+  its CPUs, shows it there; and the longest pause of Python's garbage
+  collector within them (ms). The header gives the thread's speed at plain
   Python with no GPU call, before and after the run (``ref``: ms for a
   fixed loop, the best of five), to tell a slower CPU from slower calls.
 
@@ -130,6 +131,20 @@ def _timed_cpu(name: str, fn):
     return wrapper
 
 
+_gc_t0 = [0]
+
+
+def _gc_pause(phase: str, info: dict) -> None:
+    """gc.callbacks: the longest collection within a way's windows, as ``gc max`` (calls, ns)."""
+    if phase == "start":
+        _gc_t0[0] = ns()
+    elif _on[0] and _gc_t0[0]:
+        d = ns() - _gc_t0[0]
+        a = _acc.setdefault(_key[0], {}).setdefault("gc max", [0, 0])
+        a[0] += 1
+        a[1] = max(a[1], d)
+
+
 def _kind(cb) -> str:
     owner = getattr(cb, "__self__", None)
     if isinstance(owner, asyncio.Future) or "Task" in type(cb).__name__:
@@ -178,6 +193,7 @@ def _instrument() -> None:
             return super().stop()
 
     lateness.CpuMeter = Meter
+    gc.callbacks.append(_gc_pause)
     tasks = lateness.Run._tasks
 
     async def keyed(self, key, *args, **kw):
@@ -195,7 +211,7 @@ def table(res: dict, n: int, mean_kernel_us: float) -> str:
     out = [f"{n} streams: µs of the loop's thread per wait (calls per wait); lateness µs",
            f"{'way':<16}{'waits/s':>8}{'loop':>7}{'own':>7}" + "".join(f"{c:>13}" for c in COLUMNS)
            + f"{'ask over':>9}{'mean':>7}{'Little':>7}{'p50':>7}{'p99':>7}{'max':>8}"
-           + "".join(f"{c:>11}" for c in SCHED)]
+           + "".join(f"{c:>11}" for c in SCHED) + f"{'gc max ms':>10}"]
     for key, m in res["methods"].items():
         w = m.get("waits") or 1
         acc = _acc.get(key, {})
@@ -211,7 +227,8 @@ def table(res: dict, n: int, mean_kernel_us: float) -> str:
         own = f"{loop_us - handles:7.1f}" if handles else f"{'-':>7}"
         out.append(f"{key:<16}{m.get('waits_per_s', 0):8.0f}{loop_us:7.1f}{own}" + "".join(cells)
                    + f" {over}{m['mean']:7.0f}{little:7.0f}{m['p50']:7.0f}{m['p99']:7.0f}{m['max']:8.0f}"
-                   + "".join(f"{acc.get(c, [0, 0])[1] / w / 1e3:11.1f}" for c in SCHED))
+                   + "".join(f"{acc.get(c, [0, 0])[1] / w / 1e3:11.1f}" for c in SCHED)
+                   + f"{acc.get('gc max', [0, 0])[1] / 1e6:10.1f}")
     return "\n".join(out)
 
 
