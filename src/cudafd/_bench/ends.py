@@ -149,7 +149,11 @@ class TorchKernels:
             new[-1].synchronize()
 
     def close(self) -> None:
-        self.torch.cuda.synchronize()
+        torch = self.torch
+        torch.cuda.synchronize()
+        # launch() made one of these streams torch's current one: a destroyed stream
+        # left current fails torch's later calls in this process ("context is destroyed")
+        torch.cuda.set_stream(torch.cuda.default_stream())
         self.gpu.close()
 
 

@@ -25,9 +25,11 @@ go through PyTorch when it has a CUDA device (``torch`` param true), else
 the project's kernel (:mod:`.ends`).
 
 Before the first way runs, the set-up's objects (PyTorch's among them) are
-frozen out of Python's cyclic garbage collector (``gc.freeze``, undone at
-the end; ``gc_freeze`` false leaves them in, and a caller's own freeze is
-left as it is): on the H200 host a full collection over them stalled the
+frozen out of Python's cyclic garbage collector (``gc.freeze``;
+``gc_freeze`` false leaves them in). At the end they are thawed if nothing
+was frozen before the run; otherwise everything stays frozen, since gc
+cannot thaw part of what it froze (the H200 machine's Python starts with
+375 objects frozen, so a run there always freezes). On the H200 host a full collection over them stalled the
 loop for 82-117 ms in every fresh process and every few seconds after,
 landing on whichever way ran then, and with them frozen no wait was later
 than 7 ms (docs/performance.md, "A collector stall"). The guide tells users
@@ -302,17 +304,17 @@ def run(p: dict, progress: Progress) -> dict:
     loop = new_loop(p["loop"])
     asyncio.set_event_loop(loop)
     close_ways = None
-    frozen = False  # by this run (a caller's own freeze is left as it is)
+    thaw = False  # nothing was frozen before this run: thaw at the end
     try:
         streams = kernels.streams(max([1] + [int(n) for n in p["streams"]]))
         ways, close_ways = build(list(p["methods"]), kernels, state["errors"])
-        if freeze and gc.get_freeze_count() == 0:
+        if freeze:
+            thaw = gc.get_freeze_count() == 0
             gc.collect()
             gc.freeze()
-            frozen = True
         loop.run_until_complete(Run(p, kernels, ways, state, progress).main(streams))
     finally:
-        if frozen:
+        if thaw:
             gc.unfreeze()
         if close_ways is not None:
             close_ways()
