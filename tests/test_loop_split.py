@@ -46,9 +46,10 @@ def test_loop_split_counts_each_step_per_wait(tmp_path):
         # the loop thread's scheduler figures, read once per window (Linux has schedstat)
         assert counts[key]["sched run"][0] == 1 and counts[key]["sched run"][1] > 0, (key, counts[key])
         assert counts[key]["launch cpu"][0] == counts[key]["launch"][0], (key, counts[key])
-    # the default: one ask per wait (a busy loop's lone waits), a watch for each not found over
+    # the default: one ask per wait (a busy loop's lone waits), a watch for each not found over;
+    # the window's first wait, alone in the loop, asks twice (before and after its yield)
     asks, over = per_wait("cudafd_default", "ask"), per_wait("cudafd_default", "ask over")
-    assert 0.99 <= asks <= 1.1, counts["cudafd_default"]
+    assert 0.99 <= asks <= 1.0 + 9 / methods["cudafd_default"]["waits"] + 0.05, counts["cudafd_default"]
     assert abs(per_wait("cudafd_default", "watch") - (asks - over)) <= 0.1, counts["cudafd_default"]
     assert per_wait("cudafd_default", "drain") > 0 and per_wait("cudafd_default", "reader") > 0
     # the bound watches every wait and never asks; sleep(0) only queries its end event
