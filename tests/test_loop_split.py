@@ -38,10 +38,14 @@ def test_loop_split_counts_each_step_per_wait(tmp_path):
     def per_wait(key: str, name: str) -> float:
         return counts[key].get(name, [0, 0])[0] / methods[key]["waits"]
 
+    def at_most(key: str, extra: int) -> float:
+        """Calls per wait, at most: the waits that end after the window (one per stream at most)
+        launched, asked and watched in it but are not counted, and ``extra`` calls more."""
+        return 1.0 + (8 + extra) / methods[key]["waits"] + 0.02
+
     for key in methods:
         assert methods[key]["waits"] > 0
-        # every counted wait launched once; waits that ended after the window launched but are not counted
-        assert 1.0 <= per_wait(key, "launch") <= 1.0 + 8 / methods[key]["waits"] + 0.05, (key, counts[key])
+        assert 1.0 <= per_wait(key, "launch") <= at_most(key, 0), (key, counts[key])
         assert per_wait(key, "step") >= 0.99, (key, counts[key])  # a task step per wait at least
         # the loop thread's scheduler figures, read once per window (Linux has schedstat)
         assert counts[key]["sched run"][0] == 1 and counts[key]["sched run"][1] > 0, (key, counts[key])
@@ -49,9 +53,10 @@ def test_loop_split_counts_each_step_per_wait(tmp_path):
     # the default: one ask per wait (a busy loop's lone waits), a watch for each not found over;
     # the window's first wait, alone in the loop, asks twice (before and after its yield)
     asks, over = per_wait("cudafd_default", "ask"), per_wait("cudafd_default", "ask over")
-    assert 0.99 <= asks <= 1.0 + 9 / methods["cudafd_default"]["waits"] + 0.05, counts["cudafd_default"]
+    assert 0.99 <= asks <= at_most("cudafd_default", 1), counts["cudafd_default"]
     assert abs(per_wait("cudafd_default", "watch") - (asks - over)) <= 0.1, counts["cudafd_default"]
     assert per_wait("cudafd_default", "drain") > 0 and per_wait("cudafd_default", "reader") > 0
     # the bound watches every wait and never asks; sleep(0) only queries its end event
-    assert 0.99 <= per_wait("bound_handoff", "watch") <= 1.1 and "ask" not in counts["bound_handoff"]
+    assert 0.99 <= per_wait("bound_handoff", "watch") <= at_most("bound_handoff", 0), counts["bound_handoff"]
+    assert "ask" not in counts["bound_handoff"]
     assert per_wait("sleep0", "query") >= 1.0 and "watch" not in counts["sleep0"]
