@@ -131,20 +131,6 @@ def _timed_cpu(name: str, fn):
     return wrapper
 
 
-_gc_t0 = [0]
-
-
-def _gc_pause(phase: str, info: dict) -> None:
-    """gc.callbacks: the longest collection within a way's windows, as ``gc max`` (calls, ns)."""
-    if phase == "start":
-        _gc_t0[0] = ns()
-    elif _on[0] and _gc_t0[0]:
-        d = ns() - _gc_t0[0]
-        a = _acc.setdefault(_key[0], {}).setdefault("gc max", [0, 0])
-        a[0] += 1
-        a[1] = max(a[1], d)
-
-
 def _kind(cb) -> str:
     owner = getattr(cb, "__self__", None)
     if isinstance(owner, asyncio.Future) or "Task" in type(cb).__name__:
@@ -190,10 +176,13 @@ def _instrument() -> None:
             _add("sched run", run - self._sched0[0])
             _add("sched wait", wait - self._sched0[1])
             _add("steal", _steal() - self._steal0)
-            return super().stop()
+            r = super().stop()
+            a = _acc.setdefault(_key[0], {}).setdefault("gc max", [0, 0])  # (windows, the longest pause ns)
+            a[0] += 1
+            a[1] = max(a[1], int(self.gc_max * 1e9))
+            return r
 
     lateness.CpuMeter = Meter
-    gc.callbacks.append(_gc_pause)
     tasks = lateness.Run._tasks
 
     async def keyed(self, key, *args, **kw):

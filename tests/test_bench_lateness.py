@@ -87,6 +87,7 @@ def test_quick_lateness_section_gives_every_workload_and_method(tmp_path):
         for key, m in methods.items():
             assert m["n"] > 0 and _finite(m["p50"], m["p99"], m["cores"]), (name, key, m)
             assert m["cores"] > 0 and len(m["cdf"]) == 101, (name, key)
+            assert m["gc_max_ms"] >= 0.0, (name, key)  # the collector's longest pause in its stretches
             if name in ONE_STREAM and key != FLOOR:
                 assert _finite(m["net"]["p50"], m["net"]["p99"]), (name, key)
     if "history" in wl:
@@ -103,6 +104,7 @@ def test_quick_lateness_section_gives_every_workload_and_method(tmp_path):
     assert max(len(line) for line in tables.splitlines()) <= 120
     for label in ("cudafd default", "sleep(0) poll", "executor+blocking ev", "thread poll 20us", "spin floor"):
         assert label in tables, label
+    assert "garbage collector: set-up frozen (gc.freeze); its longest pause in a measured stretch" in text
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -184,7 +186,7 @@ class _FakeKernels:
 
 
 class _Meter:
-    cpu, wall = 0.25, 1.0
+    cpu, wall, gc_max = 0.25, 1.0, 0.0
     split = {"loop": 0.125, "cudafd": 0.0625}
 
 
@@ -194,7 +196,9 @@ def test_accumulator_turns_resume_times_into_lateness_and_cores():
     k = _FakeKernels({"a": 1.0, "b": 2.0, "c": 3.0})
     acc = _Acc()
     acc.add(k, [(a, 1.000010), (untimed, 1.5), (b, 2.000050)], _Meter(), 1e-6)
-    acc.add(k, [(c, 3.000030)], _Meter(), 3e-6)
+    paused = _Meter()
+    paused.gc_max = 0.005  # a 5 ms collection in the second stretch
+    acc.add(k, [(c, 3.000030)], paused, 3e-6)
     assert [round(x, 3) for x in acc.lat] == [10.0, 50.0, 30.0]
     assert k.released == [a, untimed, b, c]
     r = acc.result("cudafd_default")
@@ -202,6 +206,7 @@ def test_accumulator_turns_resume_times_into_lateness_and_cores():
     assert r["waits"] == 4 and r["waits_per_s"] == 2.0  # over the meters' 2 s of wall
     assert r["label"] == "cudafd default"
     assert (r["cores_loop"], r["cores_cudafd"]) == (0.125, 0.0625)
+    assert r["gc_max_ms"] == 5.0  # the longest over the stretches
     blind = _Meter()
     blind.split = {}  # a meter that could not tell the threads apart: no split for the whole workload
     acc.add(k, [], blind, 1e-6)
@@ -224,6 +229,32 @@ def test_the_cpu_meter_tells_the_loops_thread_from_the_others():
     m.stop()
     assert m.split["loop"] >= 0.1 and m.split["cudafd"] == 0.0, m.split
     assert m.cpu >= m.split["loop"] + 0.05 - 0.01, (m.cpu, m.split)  # the other thread counts in cpu only
+
+
+def test_the_cpu_meter_keeps_the_collectors_longest_pause_and_lets_go_of_gc_after():
+    import gc
+
+    from cudafd._bench.proc import CpuMeter, _on_gc
+
+    outer = CpuMeter().start()
+    inner = CpuMeter().start()
+    junk = []
+    for _ in range(200_000):  # cycles, so the collection has something to do
+        a: list = []
+        a.append(a)
+        junk.append(a)
+    del junk, a
+    t0 = time.perf_counter()
+    gc.collect()
+    took = time.perf_counter() - t0
+    inner.stop()
+    assert _on_gc in gc.callbacks  # the outer meter still runs
+    gc.collect()
+    outer.stop()
+    assert _on_gc not in gc.callbacks
+    assert 0.0 < inner.gc_max <= took and outer.gc_max >= inner.gc_max, (inner.gc_max, outer.gc_max, took)
+    quiet = CpuMeter().start().stop()  # no collection in its window
+    assert quiet.gc_max == 0.0
 
 
 def test_pareto_dominance():

@@ -32,8 +32,11 @@ cannot thaw part of what it froze (the H200 machine's Python starts with
 375 objects frozen, so a run there always freezes). On the H200 host a full collection over them stalled the
 loop for 82-117 ms in every fresh process and every few seconds after,
 landing on whichever way ran then, and with them frozen no wait was later
-than 7 ms (docs/performance.md, "A collector stall"). The guide tells users
-the same (docs/guide.md, "What it cannot bound: your loop's thread").
+than 7 ms (docs/performance.md, "A collector stall"). Each method's
+``gc_max_ms`` is the collector's longest pause within its measured
+stretches (:class:`.proc.CpuMeter`), so that a stall shows where it fell.
+The guide tells users the same (docs/guide.md, "What it cannot bound:
+your loop's thread").
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ class _Acc:
         self.cpu = self.wall = 0.0
         self.split: dict[str, float] | None = {}  # CPU s of the loop's and cudafd's threads; None: unknown
         self.anchor_us: list[float] = []
+        self.gc_max = 0.0  # the collector's longest pause in a measured stretch, s
 
     def add(self, kernels, recs: list, meter: CpuMeter | None, half: float) -> None:
         self.lat += [lateness_us(t, kernels.end_s(m)) for m, t in recs if m.timed]
@@ -93,6 +97,7 @@ class _Acc:
         if meter is not None:
             self.cpu += meter.cpu
             self.wall += meter.wall
+            self.gc_max = max(self.gc_max, meter.gc_max)
             if self.split is not None and meter.split:
                 for k, v in meter.split.items():
                     self.split[k] = self.split.get(k, 0.0) + v
@@ -108,6 +113,7 @@ class _Acc:
             out["cpu_s"], out["wall_s"] = round(self.cpu, 4), round(self.wall, 4)
             for k, v in (self.split or {}).items():
                 out[f"cores_{k}"] = round(v / self.wall, 4)
+            out["gc_max_ms"] = round(self.gc_max * 1e3, 2)
         if self.anchor_us:
             out["anchor_err_us"] = round(max(self.anchor_us), 2)
         return out

@@ -1,8 +1,9 @@
 """Process facts read from /proc: resident memory and thread count; a CPU meter that also
-says which threads spent it."""
+says which threads spent it, and the longest pause of Python's garbage collector meanwhile."""
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import time
@@ -62,26 +63,48 @@ def thread_cpu() -> dict[str, float]:
     return out
 
 
+_running: set[CpuMeter] = set()  # meters between start() and stop(): _on_gc updates them
+_gc_began = [0.0]
+
+
+def _on_gc(phase: str, info: dict) -> None:
+    """gc.callbacks, while a meter runs: a collection stops every Python thread, the loop's too."""
+    if phase == "start":
+        _gc_began[0] = time.perf_counter()
+        return
+    pause = time.perf_counter() - _gc_began[0]
+    for m in tuple(_running):
+        m.gc_max = max(m.gc_max, pause)
+
+
 class CpuMeter:
     """Process CPU time (every thread: time.process_time) against wall time, between start() and stop(),
     and (``split``) how much of it the loop's thread (the caller) and cudafd's native threads spent:
-    read just outside the process's window, so reading them does not count in ``cpu``."""
+    read just outside the process's window, so reading them does not count in ``cpu``. ``gc_max``:
+    the longest collection of Python's garbage collector in the window, seconds."""
 
     def __init__(self) -> None:
         self.wall = 0.0
         self.cpu = 0.0
+        self.gc_max = 0.0
         self.split: dict[str, float] = {}
         self._w0 = self._c0 = 0.0
         self._t0: dict[str, float] = {}
 
     def start(self) -> CpuMeter:
         self._t0 = thread_cpu()
+        if not _running:
+            gc.callbacks.append(_on_gc)
+        _running.add(self)
         self._w0, self._c0 = time.perf_counter(), time.process_time()
         return self
 
     def stop(self) -> CpuMeter:
         self.wall = time.perf_counter() - self._w0
         self.cpu = time.process_time() - self._c0
+        _running.discard(self)
+        if not _running:
+            gc.callbacks.remove(_on_gc)
         t1 = thread_cpu()
         # a thread that ended within the window is missing from t1: its CPU stays in "other" only
         self.split = {k: max(0.0, t1[k] - self._t0[k]) for k in ("loop", "cudafd")} if self._t0 and t1 else {}

@@ -131,6 +131,18 @@ def _many(res: dict) -> list[str]:
     return [title + "\n" + table(head, rows)]
 
 
+def _collector(res: dict) -> str:
+    """Whether the set-up was frozen out of the garbage collector, and its longest pause in a measured stretch."""
+    longest = (0.0, "", "")
+    for name, w in res.get("workloads", {}).items():
+        for key, m in (w.get("methods") or {}).items():
+            if m.get("gc_max_ms", 0.0) > longest[0]:
+                longest = (m["gc_max_ms"], LABELS[key], name)
+    frozen = "set-up frozen (gc.freeze)" if res.get("gc_frozen") else "set-up not frozen"
+    where = f" ({longest[1]}, {longest[2]})" if longest[1] else ""
+    return f"garbage collector: {frozen}; its longest pause in a measured stretch {longest[0]:.1f} ms{where}"
+
+
 def render(per_loop: dict) -> str:
     """Every lateness table of the run, and how kernel ends were known."""
     parts = []
@@ -144,7 +156,8 @@ def render(per_loop: dict) -> str:
             f" (torch.cuda._sleep at {cal['cycles_per_s'] / 1e6:.0f} cycles/us)" if cal.get("cycles_per_s") else ""
         )
         lines = [f"Lateness, {loop}: the time the awaiting coroutine resumed minus the time its kernel ended"]
-        lines += [f"{how}; ends: {k.get('timing')}"] + [f"note: {n}" for n in res.get("notes") or []]
+        lines += [f"{how}; ends: {k.get('timing')}", _collector(res)]
+        lines += [f"note: {n}" for n in res.get("notes") or []]
         parts.append("\n".join(textwrap.fill(x, 118, subsequent_indent="  ") for x in lines))
         parts += _one_stream(res) + _many(res)
     return "\n\n".join(parts)
