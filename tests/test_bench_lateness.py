@@ -130,8 +130,9 @@ before = gc.get_freeze_count()  # 0 here; some Pythons start with objects frozen
 flag = lateness.run(p, Progress("t", None, 60))["gc_frozen"]
 out["plain"] = flag, during[-1] > before, gc.get_freeze_count() == 0 if before == 0 else gc.get_freeze_count() > 0
 gc.freeze()  # a caller's own freeze: the run freezes its set-up too, and thaws nothing
+kept = gc.get_freeze_count()
 flag = lateness.run(p, Progress("t", None, 60))["gc_frozen"]
-out["caller_frozen"] = flag, during[-1] > 0, gc.get_freeze_count() > 0
+out["caller_frozen"] = flag, during[-1] > kept, gc.get_freeze_count() > 0
 gc.unfreeze()
 flag = lateness.run(dict(p, gc_freeze=False), Progress("t", None, 60))["gc_frozen"]
 out["off"] = flag, during[-1], gc.get_freeze_count()

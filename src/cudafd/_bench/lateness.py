@@ -29,14 +29,14 @@ frozen out of Python's cyclic garbage collector (``gc.freeze``;
 ``gc_freeze`` false leaves them in). At the end they are thawed if nothing
 was frozen before the run; otherwise everything stays frozen, since gc
 cannot thaw part of what it froze (the H200 machine's Python starts with
-375 objects frozen, so a run there always freezes). On the H200 host a full collection over them stalled the
-loop for 82-117 ms in every fresh process and every few seconds after,
+375 objects frozen). On the H200 host a full collection over them stalled
+the loop for 82-117 ms in every fresh process and every few seconds after,
 landing on whichever way ran then, and with them frozen no wait was later
-than 7 ms (docs/performance.md, "A collector stall"). Each method's
-``gc_max_ms`` is the collector's longest pause within its measured
-stretches (:class:`.proc.CpuMeter`), so that a stall shows where it fell.
-The guide tells users the same (docs/guide.md, "What it cannot bound:
-your loop's thread").
+than 7 ms (docs/performance.md, "A collector stall"); the guide tells
+users the same (docs/guide.md, "What it cannot bound: your loop's
+thread"). Each method's ``gc_max_ms`` is the collector's longest pause
+within its measured stretches (:class:`.proc.CpuMeter`), so that a stall
+shows where it fell.
 """
 
 from __future__ import annotations
