@@ -237,21 +237,27 @@ def test_the_cpu_meter_keeps_the_collectors_longest_pause_and_lets_go_of_gc_afte
 
     from cudafd._bench.proc import CpuMeter, _on_gc
 
-    outer = CpuMeter().start()
-    inner = CpuMeter().start()
-    junk = []
-    for _ in range(200_000):  # cycles, so the collection has something to do
-        a: list = []
-        a.append(a)
-        junk.append(a)
-    del junk, a
-    t0 = time.perf_counter()
-    gc.collect()
-    took = time.perf_counter() - t0
-    inner.stop()
-    assert _on_gc in gc.callbacks  # the outer meter still runs
-    gc.collect()
-    outer.stop()
+    was_enabled = gc.isenabled()
+    gc.disable()  # the only collections in the windows: the two below
+    try:
+        outer = CpuMeter().start()
+        inner = CpuMeter().start()
+        junk = []
+        for _ in range(200_000):  # cycles, so the collection has something to do
+            a: list = []
+            a.append(a)
+            junk.append(a)
+        del junk, a
+        t0 = time.perf_counter()
+        gc.collect()
+        took = time.perf_counter() - t0
+        inner.stop()
+        assert _on_gc in gc.callbacks  # the outer meter still runs
+        gc.collect()
+        outer.stop()
+    finally:
+        if was_enabled:
+            gc.enable()
     assert _on_gc not in gc.callbacks
     assert 0.0 < inner.gc_max <= took and outer.gc_max >= inner.gc_max, (inner.gc_max, outer.gc_max, took)
     quiet = CpuMeter().start().stop()  # no collection in its window
