@@ -88,8 +88,17 @@ def test_quick_lateness_section_gives_every_workload_and_method(tmp_path):
             assert m["n"] > 0 and _finite(m["p50"], m["p99"], m["cores"]), (name, key, m)
             assert m["cores"] > 0 and len(m["cdf"]) == 101, (name, key)
             assert m["gc_max_ms"] >= 0.0, (name, key)  # the collector's longest pause in its stretches
+            assert m["poller_wakes_per_wait"] >= 0 and m["poller_queries_per_wait"] >= 0, (name, key)
             if name in ONE_STREAM and key != FLOOR:
                 assert _finite(m["net"]["p50"], m["net"]["p99"]), (name, key)
+        if name in ONE_STREAM:
+            assert wl[name]["kernel_s"] == dict(("1x" + n, s) for n, s, _ in options.LATENESS_ONE_STREAM)[name]
+    with cudafd.Notifier() as n:
+        assert res["max_lateness_us"] == n.max_lateness * 1e6
+    # the default's poller asked about its 10 ms waits (the workload ran whole on the simulator)
+    if "1x10ms" in wl:
+        ten = wl["1x10ms"]["methods"]["cudafd_default"]
+        assert ten["poller_wakes_per_wait"] >= 1 and ten["poller_queries_per_wait"] >= 1, ten
     if "history" in wl:
         h = wl["history"]["methods"]["cudafd_default"]
         assert h["n"] > 0 and _finite(h["p50"], h["p99"], h["net"]["p50"]) and h["first_block"]["n"] > 0
@@ -196,10 +205,10 @@ def test_accumulator_turns_resume_times_into_lateness_and_cores():
     untimed = Mark("u", False, 0.0, 0.0, timed=False)  # its end is not known: counted, not timed
     k = _FakeKernels({"a": 1.0, "b": 2.0, "c": 3.0})
     acc = _Acc()
-    acc.add(k, [(a, 1.000010), (untimed, 1.5), (b, 2.000050)], _Meter(), 1e-6)
+    acc.add(k, [(a, 1.000010), (untimed, 1.5), (b, 2.000050)], _Meter(), 1e-6, (6, 20))
     paused = _Meter()
     paused.gc_max = 0.005  # a 5 ms collection in the second stretch
-    acc.add(k, [(c, 3.000030)], paused, 3e-6)
+    acc.add(k, [(c, 3.000030)], paused, 3e-6, (2, 12))
     assert [round(x, 3) for x in acc.lat] == [10.0, 50.0, 30.0]
     assert k.released == [a, untimed, b, c]
     r = acc.result("cudafd_default")
@@ -208,6 +217,8 @@ def test_accumulator_turns_resume_times_into_lateness_and_cores():
     assert r["label"] == "cudafd default"
     assert (r["cores_loop"], r["cores_cudafd"]) == (0.125, 0.0625)
     assert r["gc_max_ms"] == 5.0  # the longest over the stretches
+    # the core's poller over the stretches: 8 wakes and 32 queries for 4 waits, cudafd's 0.125 s of CPU
+    assert (r["poller_wakes_per_wait"], r["poller_queries_per_wait"], r["cudafd_us_per_wake"]) == (2.0, 8.0, 15625.0)
     blind = _Meter()
     blind.split = {}  # a meter that could not tell the threads apart: no split for the whole workload
     acc.add(k, [], blind, 1e-6)
@@ -349,6 +360,37 @@ def test_a_missed_target_names_what_meeting_it_cost_in_the_same_run():
     rows = {r["figure"].split(", asyncio")[0]: r for r in evaluate(section)}
     cpu = rows["CPU, one stream back to back"]["measured"]
     assert "1ms bound: a loop told by one wake 0.070 = 0.70x executor (the wake: cudafd hostfunc's)" in cpu  # 0.05 + 0.02
+
+
+def test_the_cpu_rows_bound_what_asking_within_max_lateness_costs():
+    """A wait that must be found within max_lateness of its end is asked at least every
+    max_lateness from its start: kernel // budget wakes of an asking thread per wait, at the
+    run's CPU per wake of the core's poller, on top of a loop told at once."""
+    section = _section((300, 600, 0.08), (35, 60, 1.0), (300, 900, 0.1))
+    res = section["lateness"]["asyncio"]
+    assert "asking within" not in " ".join(r["measured"] for r in evaluate(section))  # no figures for it: none
+    res["max_lateness_us"] = 400.0
+    res["errors"] = {}
+    for name, w in res["workloads"].items():
+        if name in ONE_STREAM:
+            w["kernel_s"] = dict((f"1x{n}", s) for n, s, _ in options.LATENESS_ONE_STREAM)[name]
+            w["methods"]["cudafd_default"].update(cudafd_us_per_wake=8.0, waits_per_s=95.0)
+            w["methods"][HANDOFF] = {"n": 10, "p50": 150.0, "p99": 300.0, "cores": 1.1, "cores_loop": 0.04}
+            w["methods"]["cudafd_ml1ms"] = {"n": 10, "p50": 400.0, "p99": 800.0, "cores": 0.066}
+            w["methods"]["sleep1ms"] = {"n": 10, "p50": 264.0, "p99": 900.0, "cores": 0.063}
+    rows = {r["figure"].split(", asyncio")[0]: r for r in evaluate(section)}
+    cpu = rows["CPU, one stream back to back"]["measured"]
+    # 25 asks of a 10 ms wait at 8 us and 95 waits a second: 0.019 cores, on the loop's 0.04
+    assert "10ms bound, finding the end within 400 us by asking: a loop told at once + 25 wakes a wait at 8.0 us = 0.059 cores" in cpu
+    assert "2ms bound, finding the end within 400 us by asking: a loop told at once + 5 wakes a wait at 8.0 us = 0.044 cores" in cpu
+    ml = rows["max_lateness=1e-3, one stream"]["measured"]
+    assert "10ms bound, finding the end within 1000 us by asking: a loop told at once + 10 wakes a wait at 8.0 us = 0.048 cores" in ml
+    assert "random bound" not in cpu + ml  # no length to count asks by
+    pareto = rows["Pareto, every workload"]["measured"]  # sleep(1 ms): earlier and cheaper at 10 ms
+    assert ("1x10ms: sleep(1ms) poll 264 us at 0.063 (the default 300 at 0.080; a loop told at once 150 us; "
+            "finding the end within 400 us by asking: a loop told at once + 25 wakes a wait at 8.0 us = 0.059 cores)") in pareto
+    fifty = pareto.split("1x50us: ", 1)[1].split("1x200us: ", 1)[0]
+    assert "a loop told at once 150 us" in fifty and "finding" not in fifty  # shorter than the budget: no ask to count
 
 
 def test_sections_chosen_by_name():

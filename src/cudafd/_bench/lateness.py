@@ -20,7 +20,11 @@ Workloads in the result: ``1x<name>`` (one stream), ``<N>x_random`` and
 ``cores``: process CPU seconds over wall seconds of that method's measured
 stretches, and of that ``cores_loop`` (the event loop's thread) and
 ``cores_cudafd`` (cudafd's native threads: its poller); the rest is the
-other threads' (the executor's, the polling thread, the driver's). Kernels
+other threads' (the executor's, the polling thread, the driver's);
+``poller_wakes_per_wait`` and ``poller_queries_per_wait`` (the native core's
+poller over those stretches, :func:`cudafd.stats`) and ``cudafd_us_per_wake``
+(cudafd's threads' CPU over its wakes). ``max_lateness_us``: the default
+Notifier's max_lateness, which the targets' bounds use. Kernels
 go through PyTorch when it has a CUDA device (``torch`` param true), else
 the project's kernel (:mod:`.ends`).
 
@@ -48,6 +52,8 @@ import random
 import time
 from typing import Any
 
+import cudafd
+
 from . import torchk
 from .child import Progress, new_loop
 from .clocks import lateness_us, net
@@ -60,6 +66,17 @@ from .waiters import FLOOR, LABELS, build
 __all__ = ["run", "kernels_for"]
 
 SETTLE_S = 0.002  # between two methods' stretches: let the previous one's threads go idle
+
+
+def poller_counts() -> tuple[int, int]:
+    """The native core's poller so far: (wakes from sleep, event queries); zeros without it."""
+    s = cudafd.stats()
+    return s.get("wakes", 0), s.get("queries", 0)
+
+
+def _since(counts: tuple[int, int]) -> tuple[int, int]:
+    now = poller_counts()
+    return now[0] - counts[0], now[1] - counts[1]
 
 
 def kernels_for(p: dict, notes: list[str]):
@@ -89,8 +106,9 @@ class _Acc:
         self.split: dict[str, float] | None = {}  # CPU s of the loop's and cudafd's threads; None: unknown
         self.anchor_us: list[float] = []
         self.gc_max = 0.0  # the collector's longest pause in a measured stretch, s
+        self.wakes = self.queries = 0  # the core's poller in the measured stretches
 
-    def add(self, kernels, recs: list, meter: CpuMeter | None, half: float) -> None:
+    def add(self, kernels, recs: list, meter: CpuMeter | None, half: float, polled: tuple[int, int] = (0, 0)) -> None:
         self.lat += [lateness_us(t, kernels.end_s(m)) for m, t in recs if m.timed]
         self.waits += len(recs)
         kernels.release([m for m, _ in recs])
@@ -98,6 +116,8 @@ class _Acc:
             self.cpu += meter.cpu
             self.wall += meter.wall
             self.gc_max = max(self.gc_max, meter.gc_max)
+            self.wakes += polled[0]
+            self.queries += polled[1]
             if self.split is not None and meter.split:
                 for k, v in meter.split.items():
                     self.split[k] = self.split.get(k, 0.0) + v
@@ -114,6 +134,11 @@ class _Acc:
             for k, v in (self.split or {}).items():
                 out[f"cores_{k}"] = round(v / self.wall, 4)
             out["gc_max_ms"] = round(self.gc_max * 1e3, 2)
+            if self.waits:
+                out["poller_wakes_per_wait"] = round(self.wakes / self.waits, 2)
+                out["poller_queries_per_wait"] = round(self.queries / self.waits, 2)
+            if self.wakes and self.split and "cudafd" in self.split:
+                out["cudafd_us_per_wake"] = round(self.split["cudafd"] / self.wakes * 1e6, 2)
         if self.anchor_us:
             out["anchor_err_us"] = round(max(self.anchor_us), 2)
         return out
@@ -146,6 +171,7 @@ class Run:
         fn, blocking, perf = way.fn, way.blocking, time.perf_counter
         half = k.anchor()
         recs = []
+        counts = poller_counts()
         m = CpuMeter().start() if meter else None
         try:
             for s in lengths:
@@ -156,7 +182,7 @@ class Run:
             self.state["errors"][key] = f"{type(exc).__name__}: {exc}"
         if m is not None:
             m.stop()
-        acc.add(k, recs, m, half)
+        acc.add(k, recs, m, half, _since(counts))
         await asyncio.sleep(SETTLE_S)
 
     async def warmup(self, stream: Any) -> None:
@@ -177,7 +203,7 @@ class Run:
                 if key not in self.state["errors"]:
                     await self._block(key, stream, lengths, accs[key])
             self.progress.tick(f"one stream {name}: round {r + 1}/{rounds}")
-        return self._summaries(accs, {"streams": 1, "kernel": name, "samples_per_method": samples,
+        return self._summaries(accs, {"streams": 1, "kernel": name, "kernel_s": spec, "samples_per_method": samples,
                                       "rounds": rounds, "block": block})
 
     def _summaries(self, accs: dict, head: dict) -> dict:
@@ -206,6 +232,7 @@ class Run:
                 (tail if stop[0] else recs).append((mark, perf()))
 
         half = k.anchor()
+        counts = poller_counts()
         meter = CpuMeter().start()
         tasks = [asyncio.ensure_future(worker(i, s)) for i, s in enumerate(streams)]
         try:
@@ -213,6 +240,7 @@ class Run:
         finally:
             stop[0] = True
             meter.stop()
+            polled = _since(counts)
             done, pending = await asyncio.wait(tasks, timeout=10)
             for t in pending:
                 t.cancel()
@@ -220,7 +248,7 @@ class Run:
         if failed or pending:
             why = f"{type(failed[0]).__name__}: {failed[0]}" if failed else f"{len(pending)} tasks stuck"
             self.state["errors"][key] = why
-        acc.add(k, recs, meter, half)
+        acc.add(k, recs, meter, half, polled)
         k.release([m for m, _ in tail])
         await asyncio.sleep(SETTLE_S)
 
@@ -301,10 +329,12 @@ def run(p: dict, progress: Progress) -> dict:
     kernels = kernels_for(p, state["notes"])
     info = {"kind": kernels.kind, "device": kernels.device, "timing": kernels.timing,
             "estimated_ends": kernels.estimated, "calibration": kernels.calibration}
+    with cudafd.Notifier() as n:
+        max_lateness_us = n.max_lateness * 1e6
 
     def result() -> dict:
         return {"loop": p["loop"], "kernels": info, "random_us": [x * 1e6 for x in p["random_s"]],
-                "labels": {k: LABELS[k] for k in p["methods"]}, "gc_frozen": freeze, **state}
+                "labels": {k: LABELS[k] for k in p["methods"]}, "gc_frozen": freeze, "max_lateness_us": max_lateness_us, **state}
 
     progress.partial = result
     loop = new_loop(p["loop"])

@@ -127,6 +127,38 @@ def cpu_bound(res: dict, workload: str) -> tuple[float, str] | None:
     return b["cores_loop"] + least, label
 
 
+def ask_bound(res: dict, workload: str, budget_us: float | None = None) -> tuple[float, int, float] | None:
+    """The least CPU (cores) a way that honours a max_lateness of ``budget_us`` (default: the
+    default Notifier's) by asking can cost on the one-stream ``workload``, from this run: the
+    loop's thread of the bound (a loop told at once: a wait's share of the loop and nothing
+    else) plus, per wait, floor(kernel / budget) wakes of an asking thread (never more than a
+    budget between two asks from the wait's start to its end) at this run's CPU per wake of
+    the core's poller (the default's on this workload), at the default's waits per second.
+    Returns (cores, asks per wait, µs per wake); None where a figure is missing."""
+    budget_us = budget_us or res.get("max_lateness_us")
+    wl = res.get("workloads", {}).get(workload) or {}
+    b, m = _m(res, workload, HANDOFF), _m(res, workload, JUDGED)
+    if not budget_us or not wl.get("kernel_s") or not b or not m or b.get("cores_loop") is None:
+        return None
+    per_wake, rate = m.get("cudafd_us_per_wake"), m.get("waits_per_s")
+    if not per_wake or not rate:
+        return None
+    asks = int(wl["kernel_s"] * 1e6 // budget_us)
+    return b["cores_loop"] + asks * per_wake * 1e-6 * rate, asks, per_wake
+
+
+def _ask_text(res: dict, workload: str, budget_us: float | None = None) -> str | None:
+    got = ask_bound(res, workload, budget_us)
+    if got is None:
+        return None
+    cores, asks, per_wake = got
+    if not asks:  # kernels shorter than the budget: the bound is a loop told at once
+        return None
+    budget = budget_us or res["max_lateness_us"]
+    return (f"{_short(workload)} bound, finding the end within {_n(budget)} us by asking: a loop told at once "
+            f"+ {asks} wakes a wait at {per_wake:.1f} us = {cores:.3f} cores")
+
+
 def _cpu(res: dict, loop: str) -> dict:
     figure = f"CPU, one stream back to back, {loop}"
     target = f"<= {CPU_VS_EXECUTOR}x the executor's at 1 ms and 2 ms; <= {CPU_10MS} cores at 10 ms"
@@ -142,6 +174,8 @@ def _cpu(res: dict, loop: str) -> dict:
         if (bound := cpu_bound(res, name)) is not None:
             parts.append(f"{name[2:]} bound: a loop told by one wake {bound[0]:.3f} = {bound[0] / ex['cores']:.2f}x "
                          f"executor (the wake: {bound[1]}'s)")
+        if (text := _ask_text(res, name)) is not None:
+            parts.append(text)
         oks.append(ratio <= CPU_VS_EXECUTOR)
     for name in ("1x1ms", "1x2ms"):  # what being that cheap cost here: the lateness of the ways that were
         ex = _m(res, name, "executor")
@@ -158,6 +192,8 @@ def _cpu(res: dict, loop: str) -> dict:
         parts.append(f"10ms {m['cores']:.3f} cores" + _by_thread(m))
         if (bound := cpu_bound(res, "1x10ms")) is not None:
             parts.append(f"10ms bound: a loop told by one wake {bound[0]:.3f} cores (the wake: {bound[1]}'s)")
+        if (text := _ask_text(res, "1x10ms")) is not None:
+            parts.append(text)
         oks.append(m["cores"] <= CPU_10MS)
     else:
         parts.append("10ms not measured")
@@ -186,7 +222,13 @@ def _pareto(res: dict, loop: str) -> dict:
         judged += 1
         by = beaten_by(pts, JUDGED, list(BASELINES))
         if by:
-            beaten.append(f"{w}: {', '.join(LABELS[k] for k in by)}")
+            text = f"{w}: " + ", ".join(f"{LABELS[k]} {_n(pts[k][1])} us at {pts[k][0]:.3f}" for k in by)
+            text += f" (the default {_n(pts[JUDGED][1])} at {pts[JUDGED][0]:.3f}"
+            if (b := _m(res, w, HANDOFF)) is not None:
+                text += f"; a loop told at once {_n(b['p50'])} us"
+            if (ask := _ask_text(res, w)) is not None:
+                text += "; " + ask.split(" bound, ", 1)[1]
+            beaten.append(text + ")")
     if not judged:
         return _row(figure, target, "not measured", None)
     measured = f"beaten on {len(beaten)} of {judged} workloads" + (": " + "; ".join(beaten) if beaten else "")
@@ -225,6 +267,8 @@ def _max_lateness(res: dict, loop: str) -> dict:
             continue
         p50 = _fig(m, True).get("p50", m["p50"])
         parts.append(f"{w[2:]} {m['cores']:.3f} cores (sleep(1 ms) {s1['cores']:.3f}), p50 {_n(p50)} us")
+        if (text := _ask_text(res, w, 1000.0)) is not None:
+            parts.append(text)
         oks.append(m["cores"] <= s1["cores"] and p50 <= ML_P50_US)
     return _row(figure, target, "; ".join(parts), None if None in oks else all(oks))
 
