@@ -273,6 +273,10 @@ def test_the_cpu_meter_keeps_the_collectors_longest_pause_and_lets_go_of_gc_afte
     assert 0.0 < inner.gc_max <= took and outer.gc_max >= inner.gc_max, (inner.gc_max, outer.gc_max, took)
     quiet = CpuMeter().start().stop()  # no collection in its window
     assert quiet.gc_max == 0.0
+    with pytest.raises(KeyError), CpuMeter() as failed:  # a block that raises stops its meter
+        assert _on_gc in gc.callbacks
+        raise KeyError("boom")
+    assert _on_gc not in gc.callbacks and failed.wall > 0.0
 
 
 def test_pareto_dominance():

@@ -29,13 +29,12 @@ async def _one(fn, p: dict) -> dict:
     end = time.perf_counter() + float(p["settle_s"])
     while time.perf_counter() < end:
         await fn(kernel)
-    meter = CpuMeter().start()
-    end = time.perf_counter() + float(p["seconds"])
     n = 0
-    while time.perf_counter() < end:
-        await fn(kernel)
-        n += 1
-    meter.stop()
+    with CpuMeter() as meter:
+        end = time.perf_counter() + float(p["seconds"])
+        while time.perf_counter() < end:
+            await fn(kernel)
+            n += 1
     return {
         "cores": round(meter.cores, 4),
         "awaits": n,

@@ -180,8 +180,9 @@ class Run:
                 recs.append((mark, perf()))
         except Exception as exc:
             self.state["errors"][key] = f"{type(exc).__name__}: {exc}"
-        if m is not None:
-            m.stop()
+        finally:  # (a cancellation too: the meter lets go of gc's callbacks)
+            if m is not None:
+                m.stop()
         acc.add(k, recs, m, half, _since(counts))
         await asyncio.sleep(SETTLE_S)
 

@@ -81,7 +81,8 @@ class CpuMeter:
     """Process CPU time (every thread: time.process_time) against wall time, between start() and stop(),
     and (``split``) how much of it the loop's thread (the caller) and cudafd's native threads spent:
     read just outside the process's window, so reading them does not count in ``cpu``. ``gc_max``:
-    the longest collection of Python's garbage collector in the window, seconds."""
+    the longest collection of Python's garbage collector in the window, seconds. ``with CpuMeter() as m``
+    stops it however the block ends, letting go of the gc callback it registered."""
 
     def __init__(self) -> None:
         self.wall = 0.0
@@ -109,6 +110,12 @@ class CpuMeter:
         # a thread that ended within the window is missing from t1: its CPU stays in "other" only
         self.split = {k: max(0.0, t1[k] - self._t0[k]) for k in ("loop", "cudafd")} if self._t0 and t1 else {}
         return self
+
+    def __enter__(self) -> CpuMeter:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     @property
     def cores(self) -> float:

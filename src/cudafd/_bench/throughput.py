@@ -47,10 +47,9 @@ async def _one(kit: Kit, key: str, handles: list[int], p: dict) -> dict:
             if t.done() and t.exception() is not None:
                 raise t.exception()  # type: ignore[misc]
         n0 = count[0]
-        meter = CpuMeter().start()
-        await asyncio.sleep(float(p["seconds"]))
-        n1 = count[0]
-        meter.stop()
+        with CpuMeter() as meter:
+            await asyncio.sleep(float(p["seconds"]))
+            n1 = count[0]
     finally:
         stop[0] = True
         done, pending = await asyncio.wait(tasks, timeout=10)
