@@ -12,7 +12,6 @@ import sys
 
 import pytest
 
-import cudafd
 from support import REAL, child_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))

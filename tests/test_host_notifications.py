@@ -19,8 +19,8 @@ import select
 import time
 
 import cudafd
-from cudafd._core import driver as _driver, lib as _lib
-from support import core_option, wait_for_zero_counts
+from cudafd._core import driver as _driver
+from support import wait_for_zero_counts
 
 GATE_S = 2.0
 SLOW_WATCH_S = 0.5  # a watch this slow was held up by the driver (the gate holds for GATE_S)

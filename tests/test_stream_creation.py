@@ -15,9 +15,8 @@ import time
 import pytest
 
 import cudafd
-from cudafd._core import lib as _lib
-from support import REAL, core_option, first_watch, release_idle, run
-from test_host_notifications import GATE_S, SLOW_WATCH_S, _complete_in_order, _gate, _watch_all
+from support import REAL, first_watch, release_idle, run
+from test_host_notifications import SLOW_WATCH_S, _complete_in_order, _gate, _watch_all
 
 BOUNDARY = 128  # the simulator's CUDAFDSIM_STREAM_BLOCK
 
