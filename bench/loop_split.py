@@ -29,7 +29,11 @@ time per wait sets the lateness, and this says where it goes:
   its CPUs, shows it there; and the longest pause of Python's garbage
   collector within them (ms). The header gives the thread's speed at plain
   Python with no GPU call, before and after the run (``ref``: ms for a
-  fixed loop, the best of five), to tell a slower CPU from slower calls.
+  fixed loop, the best of five), to tell a slower CPU from slower calls;
+* the longest single stretch of each (ms, asyncio only): a callback, a
+  launch, and a gap between two callbacks (the loop's own: its select, or
+  the thread off a CPU). A wait many ms late shows where the loop stood
+  still: in a callback (a launch held in the driver, say) or between them.
 
 Every number is µs of the loop's thread per wait (all waits, timed or
 not) or a count per wait. The wrappers add a few tenths of a µs per call;
@@ -58,12 +62,20 @@ ns = time.perf_counter_ns
 _on = [False]  # counting: between the CPU meter's start and stop of a way's window
 _key = [""]  # the way whose window runs
 _acc: dict[str, dict[str, list[int]]] = {}  # way -> name -> [calls, ns]
+_longest: dict[str, dict[str, int]] = {}  # way -> "callback", "launch", "gap" -> the longest, ns
+_last_end = [0]  # when the last callback of the window ended, ns (0: none yet)
 
 
 def _add(name: str, d: int, n: int = 1) -> None:
     a = _acc.setdefault(_key[0], {}).setdefault(name, [0, 0])
     a[0] += n
     a[1] += d
+
+
+def _longer(name: str, d: int) -> None:
+    m = _longest.setdefault(_key[0], {})
+    if d > m.get(name, 0):
+        m[name] = d
 
 
 def _timed(name: str, fn, over: str | None = None):
@@ -124,8 +136,10 @@ def _timed_cpu(name: str, fn):
         t0, c0 = ns(), cpu()
         r = fn(*args, **kw)
         c1 = cpu()
-        _add(name, ns() - t0)
+        d = ns() - t0
+        _add(name, d)
         _add(name + " cpu", c1 - c0)
+        _longer(name, d)
         return r
 
     return wrapper
@@ -146,10 +160,14 @@ def _instrument() -> None:
         if not _on[0]:
             return run(self)
         t0 = ns()
+        if _last_end[0]:
+            _longer("gap", t0 - _last_end[0])
         try:
             return run(self)
         finally:
-            _add(_kind(self._callback), ns() - t0)
+            t1 = _last_end[0] = ns()
+            _add(_kind(self._callback), t1 - t0)
+            _longer("callback", t1 - t0)
 
     asyncio.events.Handle._run = timed_run
     for cls in (ends.TorchKernels, ends.DriverKernels):
@@ -167,6 +185,7 @@ def _instrument() -> None:
         def start(self):
             r = super().start()
             self._sched0, self._steal0 = _sched(), _steal()
+            _last_end[0] = 0
             _on[0] = True
             return r
 
@@ -194,13 +213,15 @@ def _instrument() -> None:
 
 COLUMNS = ["step", "reader", "other", "launch", "query", "ask", "watch", "drain"]
 SCHED = ["launch cpu", "sched run", "sched wait", "steal"]  # µs per wait, no call counts
+LONGEST = ["callback", "launch", "gap"]  # ms, the longest single one in the way's windows
 
 
 def table(res: dict, n: int, mean_kernel_us: float) -> str:
     out = [f"{n} streams: µs of the loop's thread per wait (calls per wait); lateness µs",
            f"{'way':<16}{'waits/s':>8}{'loop':>7}{'own':>7}" + "".join(f"{c:>13}" for c in COLUMNS)
            + f"{'ask over':>9}{'mean':>7}{'Little':>7}{'p50':>7}{'p99':>7}{'max':>8}"
-           + "".join(f"{c:>11}" for c in SCHED) + f"{'gc max ms':>10}"]
+           + "".join(f"{c:>11}" for c in SCHED) + f"{'gc max ms':>10}"
+           + "".join(f"{'longest ' + c:>17}" for c in LONGEST)]
     for key, m in res["methods"].items():
         w = m.get("waits") or 1
         acc = _acc.get(key, {})
@@ -217,7 +238,8 @@ def table(res: dict, n: int, mean_kernel_us: float) -> str:
         out.append(f"{key:<16}{m.get('waits_per_s', 0):8.0f}{loop_us:7.1f}{own}" + "".join(cells)
                    + f" {over}{m['mean']:7.0f}{little:7.0f}{m['p50']:7.0f}{m['p99']:7.0f}{m['max']:8.0f}"
                    + "".join(f"{acc.get(c, [0, 0])[1] / w / 1e3:11.1f}" for c in SCHED)
-                   + f"{acc.get('gc max', [0, 0])[1] / 1e6:10.1f}")
+                   + f"{acc.get('gc max', [0, 0])[1] / 1e6:10.1f}"
+                   + "".join(f"{_longest.get(key, {}).get(c, 0) / 1e6:17.2f}" for c in LONGEST))
     return "\n".join(out)
 
 
@@ -255,7 +277,8 @@ def main() -> None:
         print("errors:", res["errors"])
     if a.out:
         with open(a.out, "w") as f:
-            json.dump({"args": vars(a), "ref_ms": ref, "workload": wl, "counts": _acc, "errors": res["errors"]}, f, indent=1)
+            json.dump({"args": vars(a), "ref_ms": ref, "workload": wl, "counts": _acc, "longest_ns": _longest,
+                       "errors": res["errors"]}, f, indent=1)
 
 
 PARTS = [("launch", "launch + end event"), ("query", "sleep(0)'s queries"), ("ask", "cudafd's ask"),

@@ -60,3 +60,13 @@ def test_loop_split_counts_each_step_per_wait(tmp_path):
     assert 0.99 <= per_wait("bound_handoff", "watch") <= at_most("bound_handoff", 0), counts["bound_handoff"]
     assert "ask" not in counts["bound_handoff"]
     assert per_wait("sleep0", "query") >= 1.0 and "watch" not in counts["sleep0"]
+    # the longest single callback, launch and gap between callbacks: each within its own total
+    longest = doc["longest_ns"]
+    for key in methods:
+        c = counts[key]
+        handles = sum(c.get(k, [0, 0])[1] for k in ("step", "reader", "other"))
+        assert 0 < longest[key]["callback"] <= handles, (key, longest[key])
+        assert 0 < longest[key]["launch"] <= c["launch"][1], (key, longest[key])
+        assert longest[key]["launch"] <= longest[key]["callback"], (key, longest[key])  # a launch runs in a step
+        assert 0 < longest[key]["gap"] < doc["args"]["window"] * 1e9, (key, longest[key])
+    assert "longest gap" in r.stdout
