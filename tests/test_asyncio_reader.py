@@ -61,6 +61,36 @@ def test_back_to_back_waits_register_the_reader_once(dev, mechanism):
     assert (after["fd_holds"], after["loop_busy"], after["pending"]) == (0, 0, 0), after
 
 
+def test_keeping_the_reader_costs_one_look_per_wait(dev, monkeypatch):
+    """The end of each wait schedules one look at the reader for the next pass; a look that
+    finds a wait in progress leaves it to that wait's end instead of looking at every pass."""
+    from cudafd._loops import asyncio_loop
+
+    looks = []
+    idle = asyncio_loop._Parked._idle
+
+    def counted(self):
+        looks.append(self.busy())
+        return idle(self)
+
+    monkeypatch.setattr(asyncio_loop._Parked, "_idle", counted)
+    s = dev.stream()
+
+    async def body():
+        n = cudafd.Notifier()
+        for _ in range(10):
+            s.launch(0.03)  # every wait yields, and the next starts before the look its end scheduled
+            await cudafd.wait(s, notifier=n)
+        await _passes(3)
+        return n, n.statistics()
+
+    n, after = asyncio.run(body())
+    n.close()
+    assert len(looks) == 10, looks  # one per wait, the last finding none in progress
+    assert looks[-1] is False and all(looks[:-1]), looks
+    assert (after["fd_holds"], after["loop_busy"]) == (0, 0), after
+
+
 def test_the_reader_goes_when_the_next_wait_takes_the_fast_path(dev):
     s = dev.stream()
     loop = asyncio.new_event_loop()

@@ -12,10 +12,11 @@ them, and futures resolved in one callback resume in that order. Once none
 is parked the reader stays registered until a pass of the loop finds no
 wait of the Dispatcher in progress: a task that awaits its GPU work in a
 loop parks its next wait a pass or two after the last one ended, and
-keeping the reader costs a callback per pass meanwhile where removing and
-adding it again costs two selector changes: on the H200 host back-to-back
-waits on 50 µs kernels cost 0.54 cores with the reader kept against 0.62
-re-registered per wait (docs/performance.md).
+keeping the reader costs one callback per wait (the end of each wait
+schedules a look at the next pass; a wait in progress then looks again when
+it ends) where removing and adding it again costs two selector changes: on
+the H200 host back-to-back waits on 50 µs kernels cost 0.54 cores with the
+reader kept against 0.62 re-registered per wait (docs/performance.md).
 
 With the "spin" mechanism nothing is parked: each waiting task yields
 (``sleep(0)``) and asks about its own wait at every pass (the policy's step
@@ -130,7 +131,8 @@ class _Parked:
         self.notifier.cancel(token)
 
     def linger(self) -> None:
-        """None is parked: unregister the reader at the first pass with no wait in progress."""
+        """A wait ended and none is parked: unregister the reader at the next pass, unless a
+        wait is in progress then (whose own end looks again)."""
         if self.check is not None or self.fd < 0:
             return
         if self.loop.is_closed():  # a coroutine closed after its loop: nothing will run
@@ -142,8 +144,7 @@ class _Parked:
         self.check = None
         if self.futures or self.fd < 0:
             return
-        if self.busy():  # a wait yielding before it parks: look again next pass
-            self.check = self.loop.call_soon(self._idle)
+        if self.busy():  # a wait in progress: when it ends, it looks again (Dispatcher.wait)
             return
         self.disarm()
 
@@ -176,7 +177,7 @@ class _Parked:
         return bool(results)
 
     def resolve(self, results: list[tuple[int, BaseException | None]]) -> None:
-        """Settle the futures of reported tokens, in order; disarm once none is parked."""
+        """Settle the futures of reported tokens, in order (their waits' ends look at the reader)."""
         futures = self.futures
         for token, exc in results:
             fut = futures.pop(token, None)
@@ -186,8 +187,6 @@ class _Parked:
                 fut.set_result(None)
             else:
                 fut.set_exception(exc)
-        if not futures:
-            self.linger()
 
 
 class Dispatcher:
@@ -232,6 +231,9 @@ class Dispatcher:
                     await self._park(loop, notifier, token)
         finally:
             steps.close()
+            parked = self._parked()
+            if parked is not None and not parked.futures:
+                parked.linger()
 
     async def _park(self, loop: asyncio.AbstractEventLoop, notifier: Notifier, token: int) -> None:
         parked = self._parked()
@@ -249,8 +251,6 @@ class Dispatcher:
         finally:
             if token in futures:  # not reported: cancelled, or the coroutine was closed
                 parked.forget(token)
-            if not futures:
-                parked.linger()
 
 
 def _none() -> None:
