@@ -379,20 +379,22 @@ def test_the_cpu_rows_bound_what_asking_within_max_lateness_costs():
         if name in ONE_STREAM:
             w["kernel_s"] = dict((f"1x{n}", s) for n, s, _ in options.LATENESS_ONE_STREAM)[name]
             w["methods"]["cudafd_default"].update(cudafd_us_per_wake=8.0, waits_per_s=95.0)
-            w["methods"][HANDOFF] = {"n": 10, "p50": 150.0, "p99": 300.0, "cores": 1.1, "cores_loop": 0.04}
+            # the bound's loop: 0.04 cores at 100 waits a second, 400 us a wait
+            w["methods"][HANDOFF] = {"n": 10, "p50": 150.0, "p99": 300.0, "cores": 1.1, "cores_loop": 0.04,
+                                     "waits_per_s": 100.0}
             w["methods"]["cudafd_ml1ms"] = {"n": 10, "p50": 400.0, "p99": 800.0, "cores": 0.066}
             w["methods"]["sleep1ms"] = {"n": 10, "p50": 264.0, "p99": 900.0, "cores": 0.063}
     rows = {r["figure"].split(", asyncio")[0]: r for r in evaluate(section)}
     cpu = rows["CPU, one stream back to back"]["measured"]
-    # 25 asks of a 10 ms wait at 8 us and 95 waits a second: 0.019 cores, on the loop's 0.04
-    assert "10ms bound, finding the end within 400 us by asking: a loop told at once + 25 wakes a wait at 8.0 us = 0.059 cores" in cpu
-    assert "2ms bound, finding the end within 400 us by asking: a loop told at once + 5 wakes a wait at 8.0 us = 0.044 cores" in cpu
+    # at the default's 95 waits a second: 25 asks of a 10 ms wait at 8 us, 0.019 cores, and the loop's 0.038
+    assert "10ms bound, finding the end within 400 us by asking: a loop told at once + 25 wakes a wait at 8.0 us = 0.057 cores" in cpu
+    assert "2ms bound, finding the end within 400 us by asking: a loop told at once + 5 wakes a wait at 8.0 us = 0.042 cores" in cpu
     ml = rows["max_lateness=1e-3, one stream"]["measured"]
-    assert "10ms bound, finding the end within 1000 us by asking: a loop told at once + 10 wakes a wait at 8.0 us = 0.048 cores" in ml
+    assert "10ms bound, finding the end within 1000 us by asking: a loop told at once + 10 wakes a wait at 8.0 us = 0.046 cores" in ml
     assert "random bound" not in cpu + ml  # no length to count asks by
     pareto = rows["Pareto, every workload"]["measured"]  # sleep(1 ms): earlier and cheaper at 10 ms
     assert ("1x10ms: sleep(1ms) poll 264 us at 0.063 (the default 300 at 0.080; a loop told at once 150 us; "
-            "finding the end within 400 us by asking: a loop told at once + 25 wakes a wait at 8.0 us = 0.059 cores)") in pareto
+            "finding the end within 400 us by asking: a loop told at once + 25 wakes a wait at 8.0 us = 0.057 cores)") in pareto
     fifty = pareto.split("1x50us: ", 1)[1].split("1x200us: ", 1)[0]
     assert "a loop told at once 150 us" in fifty and "finding" not in fifty  # shorter than the budget: no ask to count
 

@@ -129,22 +129,23 @@ def cpu_bound(res: dict, workload: str) -> tuple[float, str] | None:
 
 def ask_bound(res: dict, workload: str, budget_us: float | None = None) -> tuple[float, int, float] | None:
     """The least CPU (cores) a way that honours a max_lateness of ``budget_us`` (default: the
-    default Notifier's) by asking can cost on the one-stream ``workload``, from this run: the
-    loop's thread of the bound (a loop told at once: a wait's share of the loop and nothing
-    else) plus, per wait, floor(kernel / budget) wakes of an asking thread (never more than a
-    budget between two asks from the wait's start to its end) at this run's CPU per wake of
-    the core's poller (the default's on this workload), at the default's waits per second.
-    Returns (cores, asks per wait, µs per wake); None where a figure is missing."""
+    default Notifier's) by asking can cost on the one-stream ``workload``, from this run, at
+    the default's waits per second: per wait, the loop's thread of the bound (a loop told at
+    once: a wait's share of the loop and nothing else) plus floor(kernel / budget) wakes of an
+    asking thread (never more than a budget between two asks from the wait's start to the
+    ask that finds its end) at this run's CPU per wake of the core's poller (the default's on
+    this workload, whose naps are no longer than a budget). Returns (cores, asks per wait,
+    µs per wake); None where a figure is missing."""
     budget_us = budget_us or res.get("max_lateness_us")
     wl = res.get("workloads", {}).get(workload) or {}
     b, m = _m(res, workload, HANDOFF), _m(res, workload, JUDGED)
     if not budget_us or not wl.get("kernel_s") or not b or not m or b.get("cores_loop") is None:
         return None
-    per_wake, rate = m.get("cudafd_us_per_wake"), m.get("waits_per_s")
-    if not per_wake or not rate:
+    per_wake, rate, b_rate = m.get("cudafd_us_per_wake"), m.get("waits_per_s"), b.get("waits_per_s")
+    if not per_wake or not rate or not b_rate:
         return None
     asks = int(wl["kernel_s"] * 1e6 // budget_us)
-    return b["cores_loop"] + asks * per_wake * 1e-6 * rate, asks, per_wake
+    return rate * (b["cores_loop"] / b_rate + asks * per_wake * 1e-6), asks, per_wake
 
 
 def _ask_text(res: dict, workload: str, budget_us: float | None = None) -> str | None:
