@@ -51,7 +51,7 @@ def test_an_ask_says_not_yet_then_over_once_and_leaves_nothing(dev):
     s = dev.stream()
     with cudafd.Notifier("spin", max_lateness=LATE_S) as n:
         assert n.adapter_asks
-        s.launch(0.05)
+        s.launch(0.5)  # still running at the first ask however loaded the machine
         token = n.adapter_watch(resolve(s))
         assert n.adapter_ask(token) == (False, None)
         s.synchronize()
