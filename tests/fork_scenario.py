@@ -7,8 +7,9 @@ Each child runs in a fresh interpreter's fork and exits the normal way
 (interpreter shutdown, with the parent's Fence and Notifier still pending in
 its copy, so their finalizers run there). The parent reaps every child with
 a deadline and kills any that outlives it. Prints the outcome as JSON: one
-entry per child ("exit N", or "hung"), what each child saw, and whether the
-parent's own waits still worked after the forks.
+entry per child ("exit N", "hung", or "hung in fork()" for one that never
+ran its first line), what each child saw, and whether the parent's own
+waits still worked after the forks.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from support import REAL, Device
 
 CHILDREN = 5
 DEADLINE_S = 30.0
+STARTED = b"\x01"
 
 if not REAL:
     cudafd.use_simulator()
@@ -97,6 +99,7 @@ def fork_children(body) -> tuple[list[str], list[list[str]]]:
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:
+            os.write(w, STARTED)  # the child's first line: a child that hangs before it hung in fork()
             os.close(r)
             # a child stuck past half the deadline prints where (stderr) and exits 1
             faulthandler.dump_traceback_later(DEADLINE_S / 2, exit=True)
@@ -121,7 +124,7 @@ def fork_children(body) -> tuple[list[str], list[list[str]]]:
                 print(_where(pid), file=sys.stderr, flush=True)
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
-                outcomes.append("hung")
+                outcomes.append("hung")  # (in fork() itself when it never started: see below)
                 break
             time.sleep(0.01)
         chunks = []
@@ -134,10 +137,16 @@ def fork_children(body) -> tuple[list[str], list[list[str]]]:
                 break
             chunks.append(chunk)
         os.close(r)
+        data = b"".join(chunks)
+        if not data.startswith(STARTED):
+            if outcomes[-1] == "hung":
+                outcomes[-1] = "hung in fork(), before its first line"
+            seen.append(["never started"])
+            continue
         try:
-            seen.append(json.loads(b"".join(chunks) or b"[]"))
+            seen.append(json.loads(data[len(STARTED):] or b"[]"))
         except ValueError:
-            seen.append([repr(b"".join(chunks))])
+            seen.append([repr(data)])
     return outcomes, seen
 
 
