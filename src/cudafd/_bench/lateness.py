@@ -330,8 +330,10 @@ def run(p: dict, progress: Progress) -> dict:
     kernels = kernels_for(p, state["notes"])
     info = {"kind": kernels.kind, "device": kernels.device, "timing": kernels.timing,
             "estimated_ends": kernels.estimated, "calibration": kernels.calibration}
-    with cudafd.Notifier() as n:  # (a cudafd without max_lateness: None, and no bound that needs it)
-        max_lateness_us = n.max_lateness * 1e6 if has_max_lateness() else None
+    max_lateness_us = None  # (a cudafd without max_lateness: no bound that needs it)
+    if has_max_lateness():
+        with cudafd.Notifier() as n:
+            max_lateness_us = n.max_lateness * 1e6
 
     def result() -> dict:
         return {"loop": p["loop"], "kernels": info, "random_us": [x * 1e6 for x in p["random_s"]],

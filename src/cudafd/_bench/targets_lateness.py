@@ -148,16 +148,17 @@ def ask_bound(res: dict, workload: str, budget_us: float | None = None) -> tuple
     return rate * (b["cores_loop"] / b_rate + asks * per_wake * 1e-6), asks, per_wake
 
 
-def _ask_text(res: dict, workload: str, budget_us: float | None = None) -> str | None:
+def _ask_text(res: dict, workload: str, budget_us: float | None = None, named: bool = True) -> str | None:
+    """ask_bound as a row's words (``named``: led by the workload's name); None where it has
+    no asks to count (kernels shorter than the budget: the bound is a loop told at once)."""
     got = ask_bound(res, workload, budget_us)
-    if got is None:
+    if got is None or not got[1]:
         return None
     cores, asks, per_wake = got
-    if not asks:  # kernels shorter than the budget: the bound is a loop told at once
-        return None
     budget = budget_us or res["max_lateness_us"]
-    return (f"{_short(workload)} bound, finding the end within {_n(budget)} us by asking: a loop told at once "
+    text = (f"finding the end within {_n(budget)} us by asking: a loop told at once "
             f"+ {asks} wakes a wait at {per_wake:.1f} us = {cores:.3f} cores")
+    return f"{_short(workload)} bound, {text}" if named else text
 
 
 def _cpu(res: dict, loop: str) -> dict:
@@ -227,8 +228,8 @@ def _pareto(res: dict, loop: str) -> dict:
             text += f" (the default {_n(pts[JUDGED][1])} at {pts[JUDGED][0]:.3f}"
             if (b := _m(res, w, HANDOFF)) is not None:
                 text += f"; a loop told at once {_n(b['p50'])} us"
-            if (ask := _ask_text(res, w)) is not None:
-                text += "; " + ask.split(" bound, ", 1)[1]
+            if (ask := _ask_text(res, w, named=False)) is not None:
+                text += "; " + ask
             beaten.append(text + ")")
     if not judged:
         return _row(figure, target, "not measured", None)
