@@ -163,10 +163,13 @@ def _slack_thread(kernels):
     # the thread is running already: set its slack through its first scan
     orig = poller._query
 
-    def query(mark, _set=[False]):
-        if not _set[0]:
+    slack_set = False
+
+    def query(mark):
+        nonlocal slack_set
+        if not slack_set:
             libc.prctl(29, ctypes.c_ulong(1), 0, 0, 0)  # PR_SET_TIMERSLACK
-            _set[0] = True
+            slack_set = True
         return orig(mark)
 
     poller._query = query

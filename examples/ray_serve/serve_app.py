@@ -102,7 +102,7 @@ def run_ray(backend: str, kernel_s: float, clients: int, seconds: float) -> dict
             )
             handle = serve.run(deployment.bind(mode, backend, kernel_s), name=mode, route_prefix=None)
 
-            async def main() -> dict[str, Any]:
+            async def main(handle: Any = handle) -> dict[str, Any]:
                 async def call(x: int) -> Any:
                     return await handle.remote(x)
 

@@ -216,7 +216,7 @@ class DriverKernels:
             ev = self._pool.take(False, True)
             t0 = perf_counter()
             self.gpu.record(ev, self._ref_stream)
-            at, half = anchor(lambda: self.gpu.query_event(ev), started=t0)
+            at, half = anchor(lambda ev=ev: self.gpu.query_event(ev), started=t0)
             if best is None or half < best[2]:
                 if best is not None:
                     self._pool.give([Mark(best[0], False, 0.0, 0.0)])

@@ -74,7 +74,7 @@ def _bars(ax, per_loop: dict, field: str, title: str, xlabel: str, target: tuple
     keys = _keys(per_loop)
     loops = list(per_loop)
     height = 0.8 / max(1, len(loops))
-    for i, (loop, res) in enumerate(per_loop.items()):
+    for i, res in enumerate(per_loop.values()):
         shade = SHADES[min(i, len(SHADES) - 1)]
         for j, k in enumerate(keys):
             value = (res.get("methods", {}).get(k) or {}).get(field)

@@ -51,7 +51,7 @@ def _missing() -> CudafdError:
     return CudafdError("cudafd's event-loop layer is not loaded: import cudafd (not only cudafd._core)")
 
 
-def wait(target: object, *, notifier: object) -> Coroutine[Any, Any, None]:
+def wait(target: object, *, notifier: object) -> Coroutine[Any, Any, None]:  # noqa: F811 (install() rebinds it)
     """``cudafd.wait(target, notifier=notifier)``: install() replaces this with the loop layer's."""
     raise _missing()
 
