@@ -231,7 +231,8 @@ void cudafd_notifier_destroy(cudafd_notifier *n);
  * This call destroys them, with the records of their contexts and the
  * references, when no notifier is open (else it does nothing: they are in
  * use). Call it before destroying a context of your own, or to see every
- * live count at zero. Returns how many streams it destroyed. */
+ * live count at zero. Returns how many streams it destroyed (CUDAFD_E_STATE
+ * in a child forked after the driver loaded: the streams are the parent's). */
 int cudafd_release_idle(void);
 
 /* Live counts, by index (stable within an ABI version):

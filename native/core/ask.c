@@ -44,6 +44,8 @@ CFD_API int cudafd_notifier_set_asking(cudafd_notifier *n, int on)
 {
     if (!n)
         return cfd_fail(CUDAFD_E_INVALID, "notifier is NULL");
+    if (cfd_inherited(n))
+        return cfd_inherited_error();
     if (n->mech != CUDAFD_MECH_SPIN)
         return cfd_fail(CUDAFD_E_INVALID, "only a spin notifier's waits can be left to its caller's asks");
     pthread_mutex_lock(&g.mu);

@@ -221,6 +221,14 @@ CFD_API int cudafd_driver_load(void)
 
 int cfd_driver_ready(void) { return cudafd_driver_load(); }
 
+/* fork.c holds the load's lock across a fork(), so that a child never
+ * inherits it held by a thread that does not exist there: it sees the
+ * driver either loaded (and refuses it) or not tried. Nothing takes g.mu
+ * and then this lock, so fork.c takes this one first. */
+void cfd_driver_fork_prepare(void) { pthread_mutex_lock(&load_mu); }
+
+void cfd_driver_fork_done(void) { pthread_mutex_unlock(&load_mu); }
+
 CFD_API int cudafd_driver_version(int *version)
 {
     if (!version)

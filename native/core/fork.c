@@ -16,16 +16,25 @@
  * close and destroy, which touch neither the driver nor a lock a parent's
  * thread may have held (their queue's mutex). A child forked before the
  * driver was loaded starts from nothing and works. The parent goes on as if
- * nothing happened: the prepare handler only holds g.mu across the fork, so
- * that the child's copy of it and of what it guards is consistent.
+ * nothing happened: the prepare handler only holds the driver's load lock
+ * and g.mu across the fork, so that the child's copies of them and of what
+ * they guard are consistent (a fork() during a first load waits for it).
  */
 #include <pthread.h>
 
 #include "internal.h"
 
-static void before_fork(void) { pthread_mutex_lock(&g.mu); }
+static void before_fork(void)
+{
+    cfd_driver_fork_prepare(); /* a load in progress ends first */
+    pthread_mutex_lock(&g.mu);
+}
 
-static void in_parent(void) { pthread_mutex_unlock(&g.mu); }
+static void in_parent(void)
+{
+    pthread_mutex_unlock(&g.mu);
+    cfd_driver_fork_done();
+}
 
 static void in_child(void)
 {
@@ -40,6 +49,7 @@ static void in_child(void)
     pthread_cond_init(&g.watchdog_cv, NULL);
     pthread_cond_init(&g.fill_cv, NULL);
     pthread_mutex_unlock(&g.mu);
+    cfd_driver_fork_done();
 }
 
 __attribute__((constructor)) static void register_fork_handlers(void)

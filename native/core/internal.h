@@ -36,6 +36,8 @@ struct cfd_driver {
 extern struct cfd_driver cu;
 
 int cfd_driver_ready(void); /* loads on first use; CUDAFD_OK or an error code */
+void cfd_driver_fork_prepare(void); /* fork.c: the load lock held across a fork() */
+void cfd_driver_fork_done(void);
 int cfd_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int cfd_fail_cuda(CUresult r, const char *what);
 
@@ -106,7 +108,7 @@ void cfd_event_destroy(CUevent ev);
 
 /* ---- waits and lanes (waits.c) ---- */
 typedef struct cfd_wait {
-    uint64_t token; /* slot | generation << 32; 0 when the slot is free */
+    uint64_t token; /* slot | generation << 22 (waits.c); the slot alone when free */
     struct cudafd_notifier *n;   /* NULL once detached */
     struct cfd_wait *nprev, *nnext; /* in the notifier's attached list */
     struct cfd_wait *next;          /* in the lane, the hostfunc list or the free list */

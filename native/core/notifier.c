@@ -62,6 +62,8 @@ CFD_API int cudafd_notifier_set_max_lateness(cudafd_notifier *n, int64_t ns)
 {
     if (!n)
         return cfd_fail(CUDAFD_E_INVALID, "notifier is NULL");
+    if (cfd_inherited(n))
+        return cfd_inherited_error();
     if (ns < CUDAFD_MAX_LATENESS_MIN_NS || ns > CUDAFD_MAX_LATENESS_MAX_NS)
         return cfd_fail(CUDAFD_E_INVALID, "max_lateness %lld ns is outside [%lld, %lld]", (long long)ns,
                         (long long)CUDAFD_MAX_LATENESS_MIN_NS, (long long)CUDAFD_MAX_LATENESS_MAX_NS);
@@ -172,6 +174,9 @@ CFD_API void cudafd_notifier_destroy(cudafd_notifier *n)
 
 CFD_API int cudafd_release_idle(void)
 {
+    int forked = cfd_fork_check(); /* the streams are the parent's: nothing to destroy here */
+    if (forked != CUDAFD_OK)
+        return forked;
     pthread_mutex_lock(&g.mu);
     int64_t before = g.stat[ST_STREAMS];
     if (g.nopen == 0 && !g.probing) {

@@ -54,6 +54,11 @@
  * so a watching thread whose new lane is due before the poller's next round
  * moves the timer earlier instead of waking it: one system call, no wake.
  *
+ * A round asks at most SNAP_MAX lanes. When more are due, the next round
+ * starts at the first lane left out and goes round the list, so lanes due at
+ * every round (more than SNAP_MAX spin lanes) cannot keep the others from
+ * being asked.
+ *
  * Ownership: a lane in the active list is the poller's, which alone pops its
  * head and frees it once empty, so the lanes and head events of a snapshot
  * it queries unlocked stay valid. A lane's waits are therefore completed by
@@ -106,6 +111,7 @@
 static void *poller_main(void *arg);
 
 static cfd_lane *active; /* lanes with waits, doubly linked via lprev/lnext; g.mu */
+static cfd_lane *resume; /* a round whose snapshot was full ends here: the next one starts here (g.mu) */
 static int nspin;        /* spin lanes among them */
 static bool sync_wake;   /* the syncfd pollfd woke the poller: ask every syncfd head (g.mu) */
 
@@ -120,6 +126,8 @@ static void list_add(cfd_lane *l)
 
 static void list_del(cfd_lane *l)
 {
+    if (resume == l)
+        resume = l->lnext;
     if (l->lprev)
         l->lprev->lnext = l->lnext;
     else
@@ -280,6 +288,14 @@ static void drop_all(void)
     }
 }
 
+/* The lane after l in the active list, round from its end to its start;
+ * NULL once that is `first`, where the round began. */
+static cfd_lane *round_next(cfd_lane *l, cfd_lane *first)
+{
+    l = l->lnext ? l->lnext : active;
+    return l == first ? NULL : l;
+}
+
 struct snap {
     cfd_lane *lane;
     CUevent ev;
@@ -302,18 +318,24 @@ static void *poller_main(void *arg)
         int64_t now = cfd_now_ns();
         int k = 0;
         int64_t next = INT64_MAX;
-        for (cfd_lane *l = active; l; l = l->lnext) {
+        /* Every lane, from where the last full snapshot stopped round to it, so
+         * that lanes due at every round (spin) cannot keep the others out. */
+        cfd_lane *first = resume ? resume : active;
+        resume = NULL;
+        for (cfd_lane *l = first; l; l = round_next(l, first)) {
             if (sync_wake && l->mech == CUDAFD_MECH_SYNCFD)
                 l->sync_due = true;
-            if (k < SNAP_MAX && l->sync_due) {
+            bool due = l->sync_due || l->next_poll - l->step / COALESCE_DIV <= now;
+            if (due && k == SNAP_MAX) { /* the snapshot is full: the next round starts here */
+                if (!resume)
+                    resume = l;
+            } else if (l->sync_due) {
                 cfd_wait *h = l->head;
                 snap[k++] = (struct snap){l, h->ev, h->cx->ctx, 0, true,
                                           cfd_syncfd_known_passed_locked(h->sp.rec, h->sp.thr), h->sp.id, h->sp.thr};
                 l->sync_due = false;
-            } else if (k < SNAP_MAX && l->next_poll - l->step / COALESCE_DIV <= now) {
+            } else if (due) {
                 snap[k++] = (struct snap){l, l->head->ev, l->head->cx->ctx, 0, false, false, 0, 0};
-            } else if (l->sync_due) {
-                next = now; /* the snapshot is full: the next round at once */
             } else if (l->next_poll < next) {
                 next = l->next_poll;
             }

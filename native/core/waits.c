@@ -26,11 +26,19 @@
 #define CHUNK_BITS 10
 #define CHUNK (1u << CHUNK_BITS)
 #define MAX_CHUNKS 4096 /* 4M concurrent waits */
+/* A token is generation << SLOT_BITS | slot. The generation counts every wait
+ * made in the process, in the 42 bits above the slot, so a token names its
+ * wait until 2^42 (4.4e12) more waits have been made: 51 days at a million
+ * waits a second. */
+#define SLOT_BITS 22
+#define SLOT_MASK ((1u << SLOT_BITS) - 1)
+#define GEN_MAX ((UINT64_C(1) << (64 - SLOT_BITS)) - 1)
+_Static_assert((uint64_t)MAX_CHUNKS * CHUNK <= (uint64_t)1 << SLOT_BITS, "a slot index fits its field");
 
 static cfd_wait *chunks[MAX_CHUNKS];
 static uint32_t nchunks;
 static cfd_wait *free_waits;
-static uint32_t generation = 1;
+static uint64_t generation = 1;
 
 static cfd_wait *slot_at(uint32_t slot)
 {
@@ -56,18 +64,18 @@ static cfd_wait *wait_alloc(void)
     }
     cfd_wait *w = free_waits;
     free_waits = w->next;
-    uint32_t slot = (uint32_t)(w->token & 0xffffffffu);
-    if (++generation == 0)
+    uint32_t slot = (uint32_t)(w->token & SLOT_MASK);
+    if (++generation > GEN_MAX)
         generation = 1;
     memset(w, 0, sizeof *w);
-    w->token = ((uint64_t)generation << 32) | slot;
+    w->token = generation << SLOT_BITS | slot;
     cfd_count(ST_PENDING, 1);
     return w;
 }
 
 static void wait_free(cfd_wait *w)
 {
-    w->token &= 0xffffffffu; /* keep the slot, drop the generation */
+    w->token &= SLOT_MASK; /* keep the slot, drop the generation */
     w->next = free_waits;
     free_waits = w;
     cfd_count(ST_PENDING, -1);
@@ -75,9 +83,9 @@ static void wait_free(cfd_wait *w)
 
 cfd_wait *cfd_wait_lookup(uint64_t token)
 {
-    if (token >> 32 == 0)
+    if (token >> SLOT_BITS == 0)
         return NULL;
-    cfd_wait *w = slot_at((uint32_t)(token & 0xffffffffu));
+    cfd_wait *w = slot_at((uint32_t)(token & SLOT_MASK));
     return (w && w->token == token) ? w : NULL;
 }
 

@@ -345,6 +345,8 @@ CFD_API int cudafd_cancel(cudafd_notifier *n, uint64_t token)
 {
     if (!n)
         return cfd_fail(CUDAFD_E_INVALID, "notifier is NULL");
+    if (cfd_inherited(n))
+        return cfd_inherited_error();
     pthread_mutex_lock(&g.mu);
     cfd_wait *w = cfd_wait_lookup(token);
     int rc = CUDAFD_OK;

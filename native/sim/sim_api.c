@@ -18,6 +18,8 @@
  *  - cuInit reads $CUDAFD_SIM_DEVICES once (default 2, at most 64); other
  *    driver calls return CUDA_ERROR_NOT_INITIALIZED until it succeeded. The
  *    check is one atomic load. The cudafdsim_* calls initialise on their own.
+ *    A real driver's first cuInit takes a while (it sets up every device);
+ *    $CUDAFD_SIM_INIT_MS=N makes the simulator's first take N ms (default 0).
  *  - Unknown error codes give CUDA_ERROR_INVALID_VALUE and a NULL string, as
  *    the driver does.
  *  - The only kernel is "cudafd_spin" (uint64_t ns, uint32_t fault): it runs
@@ -76,6 +78,13 @@ static void init_globals(void)
         sim.late_fault_ns = (uint64_t)strtoull(env, NULL, 10) * 1000000ull;
     env = getenv("CUDAFD_SIM_FAULT_SCOPE");
     sim.fault_one_ctx = env && strcmp(env, "context") == 0;
+    env = getenv("CUDAFD_SIM_INIT_MS");
+    long ms = env && *env ? strtol(env, NULL, 10) : 0;
+    if (ms > 0) {
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0)
+            ;
+    }
     init_result = n ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
     if (n)
         atomic_store_explicit(&sim_initialized, 1, memory_order_release);

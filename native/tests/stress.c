@@ -11,7 +11,9 @@
  * waits; hostfunc waits past the host-notification budget (launched later
  * by the watchdog: the cancel, close and fault cases hold hundreds); the
  * last notifier closed while other threads watch on it; a fork() child
- * refused and exiting while the parent's wait goes on; side streams kept
+ * refused and exiting while the parent's wait goes on, and one forked while
+ * the driver loads; more spin waits than the poller asks in one round beside
+ * a wait of another notifier; side streams kept
  * past the last notifier and released on request; the smallest and a large
  * max_lateness; bad input; every live count back to zero at the end. With
  * $CUDAFD_SYNCFD_FAKE set, the syncfd mechanism too (stress_syncfd.c).
@@ -540,6 +542,10 @@ static void test_fork_child(CUcontext ctx)
         bad += cudafd_watch_stream(n, (uintptr_t)s, &t) != CUDAFD_E_STATE;
         bad += cudafd_drain(n, &c, 1) != CUDAFD_E_STATE;
         bad += cudafd_stream_done((uintptr_t)s) != 0;
+        bad += cudafd_cancel(n, t) != CUDAFD_E_STATE;
+        bad += cudafd_notifier_set_max_lateness(n, CUDAFD_MAX_LATENESS_DEFAULT_NS) != CUDAFD_E_STATE;
+        bad += cudafd_notifier_set_asking(n, 1) != CUDAFD_E_STATE;
+        bad += cudafd_release_idle() != CUDAFD_E_STATE; /* the side streams are the parent's */
         bad += cudafd_notifier_close(n) != CUDAFD_OK;
         cudafd_notifier_destroy(n);
         _exit(bad ? 3 : 0);
@@ -559,6 +565,103 @@ static void test_fork_child(CUcontext ctx)
     CHECK(collect(n, c, 1, 20.0) == 1 && c[0].token == t && c[0].status == 0, "the parent's wait after the fork");
     cudafd_notifier_destroy(n);
     sim_stream_destroy(s);
+}
+
+/* More spin waits than the poller asks about in one round (512): they are
+ * due at every round, and must not keep an older wait of another notifier
+ * from being asked. An event wait on a 200 ms kernel, watched first, is
+ * reported while all the spin waits (10 s kernels) are still pending. */
+#define NSPIN 600
+static void test_many_spinning(void)
+{
+    CUcontext ctx = NULL;
+    sim_ctx_create(0, &ctx);
+    cudafd_notifier *e = NULL, *sp = NULL;
+    cudafd_notifier_create(CUDAFD_MECH_EVENT, &e);
+    cudafd_notifier_create(CUDAFD_MECH_SPIN, &sp);
+    CUstream s0 = new_stream(ctx);
+    static CUstream s[NSPIN];
+    for (int i = 0; i < NSPIN; i++)
+        s[i] = new_stream(ctx);
+    uint64_t t0, t;
+    sim_launch(s0, 200 * 1000 * 1000, 0); /* ends once the spin waits below are all watched */
+    CHECK(cudafd_watch_stream(e, (uintptr_t)s0, &t0) == CUDAFD_OK, "watch the event wait");
+    int watched = 0;
+    for (int i = 0; i < NSPIN; i++) {
+        sim_launch(s[i], 10ull * 1000 * 1000 * 1000, 0);
+        watched += cudafd_watch_stream(sp, (uintptr_t)s[i], &t) == CUDAFD_OK;
+    }
+    CHECK(watched == NSPIN, "%d of %d spin waits watched", watched, NSPIN);
+    cudafd_completion c[1];
+    int got = collect(e, c, 1, 20.0);
+    static cudafd_completion ended[NSPIN];
+    int nended = cudafd_drain(sp, ended, NSPIN);
+    CHECK(got == 1 && c[0].token == t0 && c[0].status == 0, "the event wait beside %d spin waits: %d reported",
+          NSPIN, got);
+    CHECK(nended == 0, "the event wait was reported after %d of the spin waits' 10 s kernels ended", nended);
+    cudafd_notifier_destroy(sp); /* the last notifiers: the poller drops the detached waits */
+    cudafd_notifier_destroy(e);
+    int64_t st[CUDAFD_STAT_COUNT];
+    double deadline = now_s() + 20.0;
+    while (cudafd_stats(st, CUDAFD_STAT_COUNT), st[3] != 0 && now_s() < deadline)
+        usleep(1000);
+    CHECK(st[3] == 0, "%lld waits left after their notifiers closed", (long long)st[3]);
+    sim_ctx_destroy(ctx); /* its streams and their kernels with it */
+}
+
+/* fork() while another thread loads the driver (the simulator's cuInit
+ * made slow, as a real one is): the child is not left holding the load's
+ * lock. Run in a process of its own that had not loaded the driver, so the
+ * load starts there; the child gets CUDAFD_E_STATE (forked after the load,
+ * which the fork waited for) or, had the fork come first, a working core. */
+static void *load_driver(void *arg)
+{
+    __atomic_store_n((int *)arg, cudafd_driver_load(), __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static int exit_status(pid_t pid, double timeout)
+{
+    int status = -1;
+    double deadline = now_s() + timeout;
+    pid_t done = 0;
+    while ((done = waitpid(pid, &status, WNOHANG)) == 0 && now_s() < deadline)
+        usleep(1000);
+    if (done == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        return -1; /* hung */
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void test_fork_during_load(void)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("CUDAFD_SIM_INIT_MS", "1000", 1);
+        static int loaded = -100;
+        pthread_t th;
+        pthread_create(&th, NULL, load_driver, &loaded);
+        pthread_detach(th); /* (a thread joined only in the parent would be a leak to the child's sanitizer) */
+        usleep(100000); /* the load is in its cuInit now */
+        pid_t child = fork();
+        if (child == 0) {
+            cudafd_notifier *m = NULL;
+            int rc = cudafd_notifier_create(CUDAFD_MECH_EVENT, &m);
+            if (rc == CUDAFD_OK)
+                cudafd_notifier_destroy(m);
+            _exit(rc == CUDAFD_E_STATE || rc == CUDAFD_OK ? 0 : 3);
+        }
+        int got = exit_status(child, 20.0);
+        double deadline = now_s() + 20.0;
+        while (__atomic_load_n(&loaded, __ATOMIC_ACQUIRE) == -100 && now_s() < deadline)
+            usleep(1000);
+        _exit(got == 0 && __atomic_load_n(&loaded, __ATOMIC_ACQUIRE) == CUDAFD_OK ? 0 : got < 0 ? 4 : 5);
+    }
+    int got = exit_status(pid, 40.0);
+    CHECK(got == 0, "fork during the driver's load: %s (%d)",
+          got == 4 ? "the child hung" : got == 5 ? "the child was refused unclearly, or the load failed" : "failed", got);
 }
 
 /* One-shot hostfunc notifiers, one after another: the first makes the
@@ -635,6 +738,7 @@ int main(void)
      * the H200's: every context of the process), so that one process can go
      * on to the next case in contexts a and b after each fault. */
     setenv("CUDAFD_SIM_FAULT_SCOPE", "context", 1);
+    test_fork_during_load(); /* first: the driver is not loaded in this process yet */
     load_sim();
     int rc = cudafd_driver_load();
     if (rc != CUDAFD_OK) {
@@ -663,6 +767,7 @@ int main(void)
     }
     test_ask(a);
     test_fork_child(a);
+    test_many_spinning();
     test_side_streams_kept();
     /* the poller at its most eager (every wait asked about every microsecond)
      * and at a lazy budget (faults still surface, nothing stalls) */
