@@ -423,6 +423,21 @@ static void test_bad_input(CUcontext ctx)
     CHECK(cudafd_notifier_set_max_lateness(n, -5) == CUDAFD_E_INVALID, "bad max_lateness");
     CHECK(cudafd_notifier_set_max_lateness(NULL, 1000000) == CUDAFD_E_INVALID, "max_lateness of NULL");
     CHECK(cudafd_set_option(99, 1) == CUDAFD_E_INVALID, "bad option");
+    /* tokens: made-up ones, and one whose wait ended, its slot reused since */
+    const uint64_t made_up[] = {0, 1, UINT64_C(1) << 22, (UINT64_C(1) << 22) - 1, UINT64_MAX, UINT64_C(1) << 63};
+    for (size_t i = 0; i < sizeof made_up / sizeof made_up[0]; i++)
+        CHECK(cudafd_cancel(n, made_up[i]) == CUDAFD_E_UNKNOWN_TOKEN, "cancel of made-up token %#llx",
+              (unsigned long long)made_up[i]);
+    s = new_stream(ctx);
+    uint64_t first, second;
+    cudafd_completion c[1];
+    CHECK(cudafd_watch_stream(n, (uintptr_t)s, &first) == CUDAFD_OK && collect(n, c, 1, 20.0) == 1,
+          "a wait that ends");
+    sim_launch(s, 50 * 1000 * 1000, 0);
+    CHECK(cudafd_watch_stream(n, (uintptr_t)s, &second) == CUDAFD_OK && second != first, "the next wait's token");
+    CHECK(cudafd_cancel(n, first) == CUDAFD_E_UNKNOWN_TOKEN, "cancel of a reported token");
+    CHECK(collect(n, c, 1, 20.0) == 1 && c[0].token == second, "the next wait, after its slot's old token");
+    sim_stream_destroy(s);
     /* the harness: a failure after a passed check never names an older error */
     CHECK(strcmp(check_error(true), cudafd_last_error()) != 0, "a stale error would be named");
     CHECK(cudafd_set_driver("/elsewhere/libcuda.so.1") == CUDAFD_E_STATE, "driver change after load");
