@@ -89,7 +89,8 @@ pub enum Error {
     Closed,
     /// A blocking wait ran out of time; the wait stays pending.
     Timeout,
-    /// Polling the file descriptor failed (the reactor, or `poll(2)`).
+    /// Polling the file descriptor failed (the reactor, or `poll(2)`), or
+    /// the reactor could not take it (a Tokio runtime without IO).
     Io(Arc<io::Error>),
 }
 

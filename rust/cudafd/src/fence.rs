@@ -196,12 +196,15 @@ impl Fence {
     /// (`None`: no limit). On [`Error::Timeout`] the wait stays pending: wait
     /// again, or drop the fence to cancel it. Any number of threads may
     /// block on fences of one notifier; one of them polls the fd for all.
-    /// Do not call it on an async runtime's thread.
+    /// Do not call it on an async runtime's thread. A timeout past what
+    /// [`Instant`] can count is no limit; at the deadline the fd is drained
+    /// once more, so a wait that finished by then is never a timeout.
     pub fn wait(&mut self, timeout: Option<Duration>) -> Result<(), Error> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let inner = self.inner.clone();
         let mut wake = Vec::new();
         let mut st = inner.lock();
+        let mut last_look = false;
         loop {
             if let Some(r) = settle(self.token, &mut self.done, &mut st, &mut wake) {
                 drop(st);
@@ -213,6 +216,22 @@ impl Fence {
                 None => SLICE,
                 Some(d) => match d.checked_duration_since(Instant::now()) {
                     Some(left) if !left.is_zero() => left.min(SLICE),
+                    _ if !last_look => {
+                        // Its completion may be queued, not yet drained: look once.
+                        last_look = true;
+                        drop(st);
+                        let r = inner.dispatch();
+                        st = inner.lock();
+                        if let Err(e) = r {
+                            if st.release(self.token, &mut wake) {
+                                inner.changed.notify_all();
+                            }
+                            drop(st);
+                            wake_all(wake);
+                            return Err(e);
+                        }
+                        continue;
+                    }
                     _ => {
                         if st.release(self.token, &mut wake) {
                             inner.changed.notify_all();

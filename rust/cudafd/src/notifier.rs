@@ -399,7 +399,9 @@ impl Notifier {
     /// [`sim`](crate::sim)). With the `tokio` feature and a Tokio runtime
     /// current on this thread, the fd is registered with that runtime's
     /// reactor, and fences complete by themselves when awaited on it; use the
-    /// notifier with that runtime only.
+    /// notifier with that runtime only. A runtime without IO (no
+    /// `enable_io()`) gives [`Error::Io`] (with `panic = "unwind"`, Rust's
+    /// default; Tokio's panic message is printed on the way).
     pub fn new(mechanism: Mechanism) -> Result<Notifier, Error> {
         let mut raw = ptr::null_mut();
         check(
@@ -431,10 +433,20 @@ impl Notifier {
         };
         #[cfg(feature = "tokio")]
         if tokio::runtime::Handle::try_current().is_ok() {
-            // On error `inner` drops here, destroying the notifier.
-            let afd =
+            // On error `inner` drops here, destroying the notifier. Tokio
+            // panics where the runtime has no IO driver, and offers no way
+            // to ask first.
+            let afd = std::panic::catch_unwind(|| {
                 tokio::io::unix::AsyncFd::with_interest(Fd(fd), tokio::io::Interest::READABLE)
-                    .map_err(Error::io)?;
+            })
+            .map_err(|_| {
+                Error::io(std::io::Error::new(
+                    std::io::ErrorKind::Unsupported,
+                    "the current Tokio runtime has no IO driver: build it with enable_io() \
+                     (or enable_all()), or make the notifier outside it",
+                ))
+            })?
+            .map_err(Error::io)?;
             inner.reactor = Some(afd);
         }
         Ok(Notifier {

@@ -264,6 +264,51 @@ fn a_blocking_wait_times_out_and_stays_pending() {
 }
 
 #[test]
+fn a_blocking_wait_drains_at_its_deadline_and_a_huge_timeout_is_no_limit() {
+    let _serial = start();
+    let notifier = Notifier::new(Mechanism::Event).unwrap();
+    let gpu = Gpu::open();
+    let stream = gpu.stream();
+    stream.launch(1, false);
+    let mut fence = notifier.watch(stream.raw()).unwrap();
+    // Its completion queued, not drained (the fd readable): a zero timeout finds it.
+    let mut p = libc::pollfd {
+        fd: notifier.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    assert_eq!(
+        unsafe { libc::poll(&mut p, 1, LIMIT.as_millis() as i32) },
+        1
+    );
+    assert!(matches!(fence.wait(Some(Duration::ZERO)), Ok(())));
+    // A timeout past what Instant can count waits for the work, as None does.
+    let t = Instant::now();
+    stream.launch(30, false);
+    let mut later = notifier.watch(stream.raw()).unwrap();
+    assert!(matches!(later.wait(Some(Duration::MAX)), Ok(())));
+    assert!(t.elapsed() >= Duration::from_millis(30));
+    drop((fence, later, notifier, stream, gpu));
+    assert_no_leaks();
+}
+
+#[cfg(feature = "tokio")]
+#[test]
+fn a_notifier_made_in_a_runtime_without_io_is_an_error() {
+    let _serial = start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let made = rt.block_on(async { Notifier::new(Mechanism::Event) });
+    match made {
+        Err(cudafd::Error::Io(e)) => assert!(e.to_string().contains("enable_io"), "{e}"),
+        other => panic!("expected an Io error, got {other:?}"),
+    }
+    drop(rt);
+    assert_no_leaks();
+}
+
+#[test]
 fn max_lateness_is_checked_and_a_lazy_notifier_still_completes() {
     let _serial = start();
     let rt = runtime(2);
