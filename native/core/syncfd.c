@@ -127,6 +127,7 @@ typedef struct cfd_syncrec {
     int waits;          /* wait records that name it (g.mu) */
     uint32_t passed;    /* the latest threshold known passed (g.mu) */
     bool has_passed;
+    bool dropped;       /* its semaphore went with its context: never found again (sf.mu) */
 } cfd_syncrec;
 
 static struct {
@@ -564,7 +565,7 @@ static int record_get(CUcontext ctx, uintptr_t stream, uint64_t thread, cfd_sync
 {
     pthread_mutex_lock(&sf.mu);
     cfd_syncrec *rec = sf.recs;
-    while (rec && !(rec->ctx == ctx && rec->stream == stream && rec->thread == thread))
+    while (rec && (rec->dropped || !(rec->ctx == ctx && rec->stream == stream && rec->thread == thread)))
         rec = rec->next;
     int rc = CUDAFD_OK;
     if (!rec) {
@@ -616,23 +617,21 @@ static void record_put(cfd_syncrec *rec)
 
 static void record_free(cfd_syncrec *rec)
 {
-    cu.cuDestroyExternalSemaphore(rec->sem);
+    if (!rec->dropped) /* a dropped one's handle is the driver's to reuse */
+        cu.cuDestroyExternalSemaphore(rec->sem);
     sf.sci.NvSciSyncObjFree(rec->obj);
     pthread_mutex_destroy(&rec->mu);
     free(rec);
 }
 
-/* Forget a record whose semaphore the driver no longer knows (its context
- * was destroyed and another took its address). */
+/* Stop using a record whose semaphore the driver no longer knows (its
+ * context was destroyed and another took its address). Earlier waits may
+ * still name it, so it stays listed until cfd_syncfd_release_idle_locked. */
 static void record_drop(cfd_syncrec *rec)
 {
     pthread_mutex_lock(&sf.mu);
-    for (cfd_syncrec **link = &sf.recs; *link; link = &(*link)->next) {
-        if (*link == rec) {
-            *link = rec->next;
-            break;
-        }
-    }
+    rec->users--;
+    rec->dropped = true;
     pthread_mutex_unlock(&sf.mu);
 }
 
@@ -657,14 +656,11 @@ int cfd_syncfd_signal(CUcontext ctx, CUstream stream, uint64_t thread, cfd_syncp
         int r = cudafd_last_cuda_error();
         bool stale = rc == CUDAFD_E_CUDA && step == STEP_signal && attempt == 0 &&
                      (r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_CONTEXT_IS_DESTROYED);
-        pthread_mutex_lock(&sf.mu);
-        bool last = --rec->users == 0;
-        pthread_mutex_unlock(&sf.mu);
-        if (!stale)
+        if (!stale) {
+            record_put(rec);
             return rc;
+        }
         record_drop(rec);
-        if (last) /* else whoever still uses it frees nothing: it is leaked, not freed under them */
-            record_free(rec);
     }
 }
 

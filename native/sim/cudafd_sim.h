@@ -95,6 +95,10 @@ CUresult cudafdsim_ctx_fault(CUcontext ctx, CUresult *fault);
  * a version older than the _v2 one. They behave as their _v2 forms. */
 int64_t cudafdsim_legacy_calls(void);
 
+/* Make the next cuSignalExternalSemaphoresAsync fail with r (a syncfd test's
+ * stand-in for a semaphore whose context the driver destroyed). */
+void cudafdsim_fail_next_signal(CUresult r);
+
 /* Live counts, for leak checks: 0 contexts (created, not destroyed; primary
  * contexts count while retained), 1 streams, 2 events, 3 queued operations,
  * 4 host functions run, 5 kernels run. Returns how many were filled. */

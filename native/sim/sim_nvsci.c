@@ -25,6 +25,8 @@
  *    is cleared by cudafdsim_host1x_ack(), which reads it. The fake keeps a
  *    duplicate of each fd it will write, so a caller closing its fd early
  *    never makes the fake write another file that took the number.
+ *  - cudafdsim_fail_next_signal(r) makes the next signal fail with r, as a
+ *    real one does once the semaphore's context is gone.
  *  - $CUDAFD_SIM_SYNCFD_FAIL=<step> makes one step of the core's probe fail:
  *    driver (the four external-semaphore entry points are absent), device,
  *    module, attributes, reconcile, syncpoint (the reconciled primitive is a
@@ -74,6 +76,15 @@ static struct armed *armed;
 static struct pollfd_rec *pollfds;
 static int devfds[16];
 static int ndevfds;
+
+static CUresult fail_next_signal;
+
+SIM_API void cudafdsim_fail_next_signal(CUresult r)
+{
+    pthread_mutex_lock(&sim.lock);
+    fail_next_signal = r;
+    pthread_mutex_unlock(&sim.lock);
+}
 
 bool sim_syncfd_fails(const char *step)
 {
@@ -375,6 +386,10 @@ CUresult cuSignalExternalSemaphoresAsync(const CUexternalSemaphore *sems,
         rc = sim_ctx_usable(st->ctx);
     if (rc == CUDA_SUCCESS && sim_syncfd_fails("signal"))
         rc = CUDA_ERROR_NOT_SUPPORTED;
+    if (rc == CUDA_SUCCESS && fail_next_signal != CUDA_SUCCESS) {
+        rc = fail_next_signal;
+        fail_next_signal = CUDA_SUCCESS;
+    }
     for (unsigned int i = 0; rc == CUDA_SUCCESS && i < count; i++) {
         struct fake_sem *s = sim_handle_get((uint64_t)(uintptr_t)sems[i], SIM_T_EXTSEM);
         NvSciSyncFence *fence = params[i].params.nvSciSync.fence;

@@ -53,6 +53,7 @@ static CUresult (*sim_push)(CUcontext);
 static CUresult (*sim_pop)(CUcontext *);
 static CUresult (*sim_stream_create)(CUstream *, unsigned);
 CUresult (*sim_stream_destroy)(CUstream);
+void (*sim_fail_next_signal)(CUresult);
 static CUresult (*sim_event_create)(CUevent *, unsigned);
 static CUresult (*sim_event_record)(CUevent, CUstream);
 static CUresult (*sim_event_destroy)(CUevent);
@@ -71,6 +72,7 @@ static void load_sim(void)
     SYM(sim_ctx_destroy, "cudafdsim_ctx_destroy");
     SYM(sim_launch, "cudafdsim_launch");
     SYM(sim_stats, "cudafdsim_stats");
+    SYM(sim_fail_next_signal, "cudafdsim_fail_next_signal");
     SYM(sim_push, "cuCtxPushCurrent");
     SYM(sim_pop, "cuCtxPopCurrent");
     SYM(sim_stream_create, "cuStreamCreate");

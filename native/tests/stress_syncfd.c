@@ -8,7 +8,8 @@
  * Covered: the probe's report; per-point sync_file fds, readable in stream
  * order and only once their work is done, watched together in one epoll;
  * many waits on one stream completing in order; a sync_file for an event
- * target; a sync_file asked of another mechanism's notifier.
+ * target; a sync_file asked of another mechanism's notifier; a stream's
+ * record dropped by a failed signal while an earlier wait still names it.
  */
 #include <poll.h>
 #include <stdlib.h>
@@ -131,6 +132,30 @@ static void test_many_thresholds(CUcontext ctx)
         sim_stream_destroy(s[i]);
 }
 
+/* A signal that fails as one on a destroyed context's semaphore does makes
+ * the watch drop its stream's record and retry with a new one, while an
+ * earlier wait still names the old record (ASan sees it freed too soon). */
+static void test_dropped_record(CUcontext ctx)
+{
+    cudafd_notifier *n = NULL;
+    cudafd_notifier_create(CUDAFD_MECH_SYNCFD, &n);
+    if (!n)
+        return;
+    CUstream s = new_stream(ctx);
+    uint64_t tok[2];
+    sim_launch(s, 100 * 1000 * 1000, 0);
+    CHECK(cudafd_watch_stream(n, (uintptr_t)s, &tok[0]) == CUDAFD_OK, "watch");
+    sim_fail_next_signal(CUDA_ERROR_INVALID_HANDLE);
+    sim_launch(s, 10 * 1000 * 1000, 0);
+    CHECK(cudafd_watch_stream(n, (uintptr_t)s, &tok[1]) == CUDAFD_OK, "a watch retries past a dropped record");
+    cudafd_completion c[2];
+    int have = collect(n, c, 2, 30.0);
+    CHECK(have == 2 && c[0].token == tok[0] && c[1].token == tok[1] && c[0].status == 0 && c[1].status == 0,
+          "%d completions, in order and successful", have);
+    cudafd_notifier_destroy(n);
+    sim_stream_destroy(s);
+}
+
 static void test_event_fence_and_bad_input(CUcontext ctx, CUresult (*push)(CUcontext), CUresult (*pop)(CUcontext *),
                                            CUresult (*ev_create)(CUevent *, unsigned),
                                            CUresult (*ev_record)(CUevent, CUstream), CUresult (*ev_destroy)(CUevent))
@@ -174,5 +199,6 @@ void test_syncfd(CUcontext ctx, CUresult (*push)(CUcontext), CUresult (*pop)(CUc
     test_report();
     test_fences(ctx);
     test_many_thresholds(ctx);
+    test_dropped_record(ctx);
     test_event_fence_and_bad_input(ctx, push, pop, ev_create, ev_record, ev_destroy);
 }
