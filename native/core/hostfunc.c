@@ -28,7 +28,8 @@
  * are enqueued by the watchdog when one comes back, so a watch put off costs
  * what an event-mechanism watch does (one record), however many are pending.
  * Launches keep the order of the watches (once one is put off, the later
- * ones queue behind it), so the waits of a stream still complete in order.
+ * ones queue behind it, also while the watchdog is launching it), so the
+ * waits of a stream still complete in order.
  *
  * Side streams (contexts.c): the waits of one caller's stream share one, so
  * their host functions run in order; a stream with nothing in flight gets an
@@ -162,7 +163,7 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, ui
         /* the point on the caller's stream; the side stream waits for it now
          * if the host function can be launched now, else at the launch */
         pthread_mutex_lock(&g.mu);
-        waited = !g.hf_defer_head && g.stat[ST_NOTIFY] < CFD_NOTIFY_MAX;
+        waited = !g.hf_defer_head && !g.hf_launching && g.stat[ST_NOTIFY] < CFD_NOTIFY_MAX;
         pthread_mutex_unlock(&g.mu);
         rc = cfd_record(cx, user_stream, NULL, &ev);
         if (rc == CUDAFD_OK && waited && (r = cu.cuStreamWaitEvent(side, ev, 0)) != CUDA_SUCCESS)
@@ -209,7 +210,7 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, ui
     }
     bool watchdog_idle = !g.hf_pending; /* it sleeps untimed while nothing is pending */
     hf_link(w);
-    bool launch = waited && !g.hf_defer_head && cfd_notify_take();
+    bool launch = waited && !g.hf_defer_head && !g.hf_launching && cfd_notify_take();
     if (launch) {
         w->launched = true;
     } else { /* the watchdog launches it: this thread must not block */
@@ -229,16 +230,17 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, ui
 
     /* From here the trampoline may run (and free w) at any moment. */
     r = cu.cuLaunchHostFunc(side, trampoline, (void *)(uintptr_t)tok);
-    if (r != CUDA_SUCCESS) {
-        pthread_mutex_lock(&g.mu);
-        if ((w = cfd_wait_lookup(tok)) != NULL) {
-            hf_leave(w);
-            cfd_wait_discard(w);
-        }
-        pthread_mutex_unlock(&g.mu);
-        return cfd_fail_cuda(r, "cuLaunchHostFunc");
+    if (r == CUDA_SUCCESS)
+        return CUDAFD_OK;
+    pthread_mutex_lock(&g.mu);
+    if ((w = cfd_wait_lookup(tok)) != NULL) {
+        hf_leave(w);
+        cfd_wait_discard(w);
     }
-    return CUDAFD_OK;
+    pthread_mutex_unlock(&g.mu);
+    /* gone already: the watchdog reported the fault that refused the launch,
+     * so the watch stands and its completion is queued */
+    return w ? cfd_fail_cuda(r, "cuLaunchHostFunc") : CUDAFD_OK;
 }
 
 /* Launch the host functions put off, in order, while the budget allows
@@ -269,6 +271,7 @@ static void launch_deferred(CUcontext *current)
         cfd_probe_begin();
         CUevent ev = w->side_wait_due ? w->ev : NULL;
         w->side_wait_due = false;
+        g.hf_launching = true; /* a watch meanwhile queues behind this launch */
         pthread_mutex_unlock(&g.mu);
         if (ctx != *current && cu.cuCtxSetCurrent(ctx) == CUDA_SUCCESS)
             *current = ctx;
@@ -276,6 +279,7 @@ static void launch_deferred(CUcontext *current)
         if (r == CUDA_SUCCESS)
             r = cu.cuLaunchHostFunc(side, trampoline, (void *)(uintptr_t)tok);
         pthread_mutex_lock(&g.mu);
+        g.hf_launching = false;
         if (r != CUDA_SUCCESS && (w = cfd_wait_lookup(tok)) != NULL) {
             hf_leave(w);
             cfd_wait_complete(w, r, false); /* a faulted or destroyed context: the wait reports it */

@@ -241,6 +241,7 @@ struct cfd_global {
     cfd_wait *hf_pending_tail;
     int hf_fired;         /* waits in it whose host function ran, to be confirmed by the watchdog */
     cfd_wait *hf_defer_head, *hf_defer_tail; /* waits whose host function the watchdog is to launch, in order */
+    bool hf_launching;    /* the watchdog is launching one put off (g.mu released meanwhile) */
     CUevent *graveyard;   /* events to destroy outside the callback thread */
     int ngrave, capgrave;
     /* life */

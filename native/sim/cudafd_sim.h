@@ -98,6 +98,9 @@ int64_t cudafdsim_legacy_calls(void);
 /* Make the next cuSignalExternalSemaphoresAsync fail with r (a syncfd test's
  * stand-in for a semaphore whose context the driver destroyed). */
 void cudafdsim_fail_next_signal(CUresult r);
+/* Make the next cuLaunchHostFunc sleep ns before it enqueues, as a real one
+ * blocks while the driver's host notifications are spent. */
+void cudafdsim_delay_next_host_launch(uint64_t ns);
 
 /* Live counts, for leak checks: 0 contexts (created, not destroyed; primary
  * contexts count while retained), 1 streams, 2 events, 3 queued operations,

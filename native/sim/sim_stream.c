@@ -21,6 +21,7 @@
  *    predecessor's end time, so scheduler wake-up latency does not add up.
  */
 #include <stdlib.h>
+#include <time.h>
 
 #include "sim_internal.h"
 
@@ -463,11 +464,29 @@ SIM_API CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int 
     return rc;
 }
 
+static uint64_t host_launch_delay_ns; /* sim.lock */
+
+SIM_API void cudafdsim_delay_next_host_launch(uint64_t ns)
+{
+    pthread_mutex_lock(&sim.lock);
+    host_launch_delay_ns = ns;
+    pthread_mutex_unlock(&sim.lock);
+}
+
 SIM_API CUresult cuLaunchHostFunc(CUstream stream, CUhostFn fn, void *user_data)
 {
     SIM_CHECK_INIT();
     if (!fn)
         return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim.lock);
+    uint64_t delay = host_launch_delay_ns;
+    host_launch_delay_ns = 0;
+    pthread_mutex_unlock(&sim.lock);
+    if (delay) { /* blocked, as a real launch is while the driver's notifications are spent */
+        struct timespec ts = {(time_t)(delay / 1000000000u), (long)(delay % 1000000000u)};
+        while (nanosleep(&ts, &ts) != 0)
+            ;
+    }
     pthread_mutex_lock(&sim.lock);
     struct sim_stream *s;
     CUresult rc = sim_stream_resolve_locked(stream, &s);

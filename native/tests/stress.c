@@ -14,7 +14,10 @@
  * refused and exiting while the parent's wait goes on, and one forked while
  * the driver loads; more spin waits than the poller asks in one round beside
  * a wait of another notifier; side streams kept
- * past the last notifier and released on request; the smallest and a large
+ * past the last notifier and released on request; a hostfunc watch made
+ * while the watchdog's launch of an earlier one blocks (still in order), and
+ * a fault reported while a watch's own launch blocks (the watch stands);
+ * the smallest and a large
  * max_lateness; bad input; every live count back to zero at the end. With
  * $CUDAFD_SYNCFD_FAKE set, the syncfd mechanism too (stress_syncfd.c).
  */
@@ -54,6 +57,7 @@ static CUresult (*sim_pop)(CUcontext *);
 static CUresult (*sim_stream_create)(CUstream *, unsigned);
 CUresult (*sim_stream_destroy)(CUstream);
 void (*sim_fail_next_signal)(CUresult);
+void (*sim_delay_next_host_launch)(uint64_t);
 static CUresult (*sim_event_create)(CUevent *, unsigned);
 static CUresult (*sim_event_record)(CUevent, CUstream);
 static CUresult (*sim_event_destroy)(CUevent);
@@ -73,6 +77,7 @@ static void load_sim(void)
     SYM(sim_launch, "cudafdsim_launch");
     SYM(sim_stats, "cudafdsim_stats");
     SYM(sim_fail_next_signal, "cudafdsim_fail_next_signal");
+    SYM(sim_delay_next_host_launch, "cudafdsim_delay_next_host_launch");
     SYM(sim_push, "cuCtxPushCurrent");
     SYM(sim_pop, "cuCtxPopCurrent");
     SYM(sim_stream_create, "cuStreamCreate");
@@ -729,6 +734,68 @@ static void test_side_streams_kept(void)
     sim_ctx_destroy(ctx);
 }
 
+/* hostfunc: a watch made while the watchdog launches an earlier wait of the
+ * same stream that was put off (the budget of host functions spent), and
+ * the launch blocks, is launched behind it: the two complete in order. The
+ * launch blocks for less than the watchdog's period, so that the earlier
+ * wait is not yet due a periodic look when the later one's host function
+ * has run. */
+static void test_hostfunc_launch_order(CUcontext ctx)
+{
+    cudafd_notifier *n = NULL;
+    cudafd_notifier_create(CUDAFD_MECH_HOSTFUNC, &n);
+    CUstream fill = new_stream(ctx), s = new_stream(ctx);
+    int64_t st[CUDAFD_STAT_COUNT] = {0};
+    int fillers = 0, in_order = 0, have = 0;
+    static cudafd_completion c[80];
+    for (int round = 0; round < 8; round++) {
+        uint64_t t, w1, w2;
+        sim_launch(fill, 5 * 1000 * 1000, 0);
+        for (fillers = 0; fillers < 64 && cudafd_stats(st, CUDAFD_STAT_COUNT) && st[7] < 16;) /* the core's budget */
+            fillers += cudafd_watch_stream(n, (uintptr_t)fill, &t) == CUDAFD_OK;
+        sim_launch(s, 1000 * 1000, 0);
+        CHECK(st[7] == 16 && cudafd_watch_stream(n, (uintptr_t)s, &w1) == CUDAFD_OK, "a wait put off");
+        sim_delay_next_host_launch(3 * 1000 * 1000); /* its launch, once a filler is done */
+        have = collect(n, c, 1, 20.0);
+        sim_launch(s, 1000, 0);
+        CHECK(cudafd_watch_stream(n, (uintptr_t)s, &w2) == CUDAFD_OK, "a watch during that launch");
+        have += collect(n, c + have, fillers + 1, 20.0);
+        int i1 = -1, i2 = -1;
+        for (int i = 0; i < have; i++) {
+            i1 = c[i].token == w1 ? i : i1;
+            i2 = c[i].token == w2 ? i : i2;
+        }
+        in_order += have == fillers + 2 && i1 >= 0 && i1 < i2;
+    }
+    CHECK(in_order == 8, "a stream's two waits reported, in order, in %d of 8 rounds", in_order);
+    cudafd_notifier_destroy(n);
+    sim_stream_destroy(fill);
+    sim_stream_destroy(s);
+}
+
+/* hostfunc: the context faults while a watch's launch blocks, and the
+ * watchdog reports the fault for that wait before the launch comes back
+ * refused: the watch succeeded (its token names the one completion). */
+static void test_hostfunc_fault_during_launch(void)
+{
+    CUcontext ctx = NULL;
+    sim_ctx_create(0, &ctx);
+    cudafd_notifier *n = NULL;
+    cudafd_notifier_create(CUDAFD_MECH_HOSTFUNC, &n);
+    CUstream s = new_stream(ctx);
+    sim_launch(s, 1000 * 1000, CUDA_ERROR_ILLEGAL_ADDRESS);
+    sim_delay_next_host_launch(100 * 1000 * 1000); /* past several watchdog periods */
+    uint64_t t = 0;
+    int rc = cudafd_watch_stream(n, (uintptr_t)s, &t);
+    cudafd_completion c[2];
+    int have = collect(n, c, 2, 1.0);
+    CHECK(rc == CUDAFD_OK && have == 1 && c[0].token == t && c[0].status == CUDA_ERROR_ILLEGAL_ADDRESS,
+          "watch %d, %d completions, the fault reported for its token", rc, have);
+    cudafd_notifier_destroy(n);
+    sim_stream_destroy(s);
+    sim_ctx_destroy(ctx);
+}
+
 static void check_counts_zero(void)
 {
     int64_t st[CUDAFD_STAT_COUNT];
@@ -786,6 +853,8 @@ int main(void)
     test_fork_child(a);
     test_many_spinning();
     test_side_streams_kept();
+    test_hostfunc_launch_order(a);
+    test_hostfunc_fault_during_launch();
     /* the poller at its most eager (every wait asked about every microsecond)
      * and at a lazy budget (faults still surface, nothing stalls) */
     const int64_t budgets[] = {CUDAFD_MAX_LATENESS_MIN_NS, 20 * 1000 * 1000};

@@ -36,6 +36,7 @@ extern CUresult (*sim_ctx_destroy)(CUcontext);
 extern CUresult (*sim_launch)(CUstream, uint64_t, CUresult);
 extern CUresult (*sim_stream_destroy)(CUstream);
 extern void (*sim_fail_next_signal)(CUresult);
+extern void (*sim_delay_next_host_launch)(uint64_t);
 
 CUstream new_stream(CUcontext ctx); /* a non-blocking stream of ctx */
 /* stress_syncfd.c: the syncfd mechanism's own checks; whether the fakes are
