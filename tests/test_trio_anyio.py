@@ -431,3 +431,32 @@ def test_an_unknown_library_is_refused_by_name(dev):
             sniffio.current_async_library_cvar.reset(token)
 
     asyncio.run(main())
+
+
+# ---- order ------------------------------------------------------------------
+
+def test_waits_on_one_stream_return_in_start_order(dev, mechanism):
+    """Tasks started one after another, each awaiting the same stream, return in
+    that order, whatever order trio runs the tasks it wakes together in: on work
+    already over (the fast path's checkpoint) and on running work."""
+    s = dev.stream()
+
+    async def body(api):
+        for kernel in (0.0, 0.0005, 0.0, 0.002):
+            returned = []
+
+            async def one(i):
+                await api.wait(s)
+                returned.append(i)
+
+            for _ in range(10):
+                returned.clear()
+                if kernel:
+                    s.launch(kernel)
+                async with trio.open_nursery() as nursery:
+                    for i in range(8):
+                        nursery.start_soon(one, i)
+                        await trio.lowlevel.checkpoint()  # each task starts its wait before the next
+                assert returned == sorted(returned), (kernel, returned)
+
+    run_trio(mechanism, body)

@@ -115,3 +115,35 @@ def test_default_wait_uses_one_notifier_per_loop(dev, loop_flavor):
         assert s.idle()
 
     run(loop_flavor, "event", body)
+
+
+@pytest.mark.asyncio_only
+def test_waits_on_one_stream_return_in_start_order(dev, loop_flavor, mechanism):
+    """Waits on one stream return in the order they started: A and B start in one
+    pass, C in the next, in which A may find its short kernel over and end before B
+    goes on (C must not watch ahead of B); work already over too. The sequence is
+    tried at several kernel lengths, so that some round hits each case.
+    trio: test_trio_anyio.py."""
+    import asyncio
+
+    s = dev.stream()
+
+    async def body(api):
+        for kernel in (0.0, 0.00002, 0.00005, 0.0001, 0.0003, 0.001):
+            for _ in range(10):
+                returned = []
+
+                async def one(i, late=False):
+                    if late:
+                        await asyncio.sleep(0)  # its wait starts a pass after the others'
+                    await api.wait(s)
+                    returned.append(i)
+
+                if kernel:
+                    s.launch(kernel)
+                tasks = [asyncio.ensure_future(one(0)), asyncio.ensure_future(one(2, late=True)),
+                         asyncio.ensure_future(one(1))]
+                await asyncio.gather(*tasks)
+                assert returned == [0, 1, 2], (kernel, returned)
+
+    run(loop_flavor, mechanism, body)

@@ -106,3 +106,37 @@ def test_a_wait_on_running_work_looks_yields_once_looks_again_then_parks():
     other.close()
     steps.close()
     assert not policy.busy()
+
+
+def test_a_later_wait_never_watches_before_an_earlier_one_still_yielding():
+    """A, B and C on one stream: A's work is over after its yield while B still yields
+    behind it; C, started then, watches after B (the core completes one stream's
+    watched waits in watch order, so C would otherwise return before B)."""
+    policy, n = WaitPolicy(), _Counting(over=False)
+    a = policy.steps(n, _Target(7))
+    assert next(a) is None  # A, alone: its one yield before it asks again
+    b = policy.steps(n, _Target(7))
+    assert next(b) is None  # B behind A
+    n.over = True
+    assert _run_to_end(a) == []  # A's work is over: it ends without a watch
+    n.over = False  # C's kernel is launched
+    c = policy.steps(n, _Target(7))
+    assert next(c) is None, "C watched while B, earlier, had not"
+    assert next(b) == 1 and next(c) == 2
+    b.close()
+    c.close()
+    assert not policy.busy()
+
+
+def test_a_policy_whose_fast_path_yields_keeps_the_stream_in_progress_meanwhile():
+    """fast_yields (trio: every await is a checkpoint): a wait on work already over
+    yields once while it counts on its stream, so one started meanwhile returns after it."""
+    policy, n = WaitPolicy(fast_yields=True), _Counting()
+    first = policy.steps(n, _Target(7))
+    assert next(first) is None and policy.busy()
+    later = policy.steps(n, _Target(7))
+    assert next(later) is None  # behind the first
+    assert next(later) is None  # still behind it: it has not returned
+    assert _run_to_end(first) == []
+    assert _run_to_end(later) == [] and n.watched == 0
+    assert not policy.busy()

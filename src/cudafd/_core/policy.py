@@ -28,6 +28,9 @@ exception, cancellation), so the bookkeeping here is undone.
    and 0.81x with it under asyncio, 0.85x and 0.83x under uvloop
    (docs/performance.md).
    Work already over then costs it one yield, as any await that yields.
+   An adapter whose every await must yield (trio's checkpoint) makes its
+   policy with ``fast_yields``: the fast path then always yields once, in
+   progress on its stream as above.
 2. Ask again. Otherwise a lone wait yields to the loop once and asks:
    a tiny kernel ends a few microseconds after its launch returns, sooner
    than any thread could be woken to tell the loop, and within one pass of
@@ -50,11 +53,13 @@ exception, cancellation), so the bookkeeping here is undone.
    that order (for any loop: trio's too), one query per target per pass.
 
 Order: the waits on one stream return in the order they started. Steps 1
-and 2 apply only to a wait that is alone on its stream, and a later wait
-watches only once the earlier one stopped asking again, so a later wait
-never returns ahead of an earlier one: the core completes one stream's
-watched waits in order, and of the waits asking about themselves (step 4)
-only the first of a target asks. Waits on events share one such line (key
+and 2 apply only to a wait that is alone on its stream; the waits of a
+stream that have not watched yet stand in a line in start order, and only
+the first of it watches, or ends because its work is over (then only if
+no earlier wait is still in progress). So a later wait never returns
+ahead of an earlier one: the core completes one stream's watched waits in
+order, and of the waits asking about themselves (step 4) only the first of
+a target asks. Waits on events share one such line (key
 -1) per adapter object. An adapter whose loop runs the tasks it wakes
 together in no set order (trio) also keeps the watched waits of each target
 in a :class:`Lane` and wakes a reported wait only when it is first in its
@@ -94,11 +99,12 @@ def ask_interval_ns(age_ns: int, budget_ns: int) -> int:
 class WaitPolicy:
     """The waits in progress of one adapter object, by stream (module docstring)."""
 
-    __slots__ = ("_streams", "_spinning", "_quick", "_asking")
+    __slots__ = ("_streams", "_unwatched", "_quick", "_asking", "_fast_yields")
 
-    def __init__(self) -> None:
+    def __init__(self, fast_yields: bool = False) -> None:
+        self._fast_yields = fast_yields  # the fast path yields once every time (trio's checkpoint)
         self._streams: dict[object, int] = {}  # stream key (steps; -1: events) -> its waits started and not over
-        self._spinning: set[object] = set()  # streams whose lone wait has not watched yet
+        self._unwatched: dict[object, deque] = {}  # stream key -> its waits that have not watched, in start order
         self._quick = 0  # waits in a row that were over before they began
         self._asking: dict[object, deque] = {}  # stream key or event handle -> tokens asking (step 4), in watch order
 
@@ -116,39 +122,34 @@ class WaitPolicy:
         lone = key not in streams
         if not streams and notifier.adapter_done_now(t):  # (busy: step 2 asks after the yield)
             self._quick += 1
-            if self._quick < QUICK_YIELD_EVERY:
+            if self._quick < QUICK_YIELD_EVERY and not self._fast_yields:
                 return
             self._quick = 0
             # Never starve the loop: yield once. Meanwhile this wait is in
-            # progress on its stream (as if asking again), so a later wait
+            # progress on its stream, first in its line, so a later wait
             # there returns after it.
-            streams[key] = streams.get(key, 0) + 1
-            self._spinning.add(key)
+            streams[key] = 1
+            line, me = self._join(key)
             try:
                 yield None
             finally:
-                self._spinning.discard(key)
+                self._part(key, line, me)
                 self._leave(key)
             return
         self._quick = 0
         streams[key] = streams.get(key, 0) + 1  # from here on a later wait on the stream is not lone
         try:
-            if lone:
-                spinning = self._spinning
-                spinning.add(key)
-                try:
+            line, me = self._join(key)
+            try:
+                if lone:
+                    yield None  # step 2: then ask again
+                while line[0] is not me:  # an earlier wait watches (or ends) first
                     yield None
-                    if notifier.adapter_done_now(t):
-                        return
-                    token = notifier.adapter_watch(t)
-                finally:
-                    spinning.discard(key)
-            else:
-                while key in self._spinning:  # the earlier wait records first, so it returns first
-                    yield None
-                if streams[key] == 1 and notifier.adapter_done_now(t):  # alone now, and over
+                if streams[key] == len(line) and notifier.adapter_done_now(t):  # none earlier in progress
                     return
                 token = notifier.adapter_watch(t)
+            finally:
+                self._part(key, line, me)
             if notifier.adapter_asks:
                 lkey = notifier.adapter_stream_key(t) if t.kind == "stream" else t.handle
                 line = self._asking.get(lkey)
@@ -163,6 +164,21 @@ class WaitPolicy:
                 yield token
         finally:
             self._leave(key)
+
+    def _join(self, key: object) -> tuple[deque, object]:
+        """Put a new wait last in ``key``'s line of waits that have not watched yet."""
+        line = self._unwatched.get(key)
+        if line is None:
+            line = self._unwatched[key] = deque()
+        me = object()
+        line.append(me)
+        return line, me
+
+    def _part(self, key: object, line: deque, me: object) -> None:
+        """Take a wait out of ``key``'s line: it watched, or it ended."""
+        line.remove(me)
+        if not line:
+            del self._unwatched[key]
 
     def _leave(self, key: object) -> None:
         left = self._streams[key] - 1

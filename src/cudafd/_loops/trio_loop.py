@@ -14,8 +14,9 @@ same (trio_fence.py); trio_run.py finds the Dispatcher of a run.
 What a wait does before it parks (the fast path, the asking again, the order
 of the waits on one stream) is the shared policy, cudafd/_core/policy.py:
 Dispatcher.wait runs its steps, turning each "yield" into a checkpoint. A
-wait that ends without ever yielding still takes one checkpoint (trio wants
-every await to be one).
+wait on work already over takes its checkpoint inside the policy (its
+``fast_yields``), while it still counts on its stream, so a wait started
+meanwhile returns after it whatever order trio runs them in.
 
 Order: waits on one target complete in watch order (the Notifier reports
 them so), but trio runs the tasks woken together in no set order. So the
@@ -286,7 +287,7 @@ class Dispatcher(_Waiters):
         self._cancel = notifier.cancel
         self._drain = notifier.adapter_drain
         self._poll = notifier.adapter_poll
-        self._policy = WaitPolicy()
+        self._policy = WaitPolicy(fast_yields=True)  # its checkpoint in progress on the stream, so in order
 
     async def wait(self, target: object) -> None:
         """Wait for ``target`` (module docstring); cancellation detaches the wait (the GPU work goes on)."""
@@ -294,19 +295,15 @@ class Dispatcher(_Waiters):
         if not self.busy():
             notifier.adapter_claim(self)  # before the fast path: refusal must not depend on timing
         t = resolve(target)
-        steps = self._policy.steps(notifier, t)
-        checkpointed = False
+        steps = self._policy.steps(notifier, t)  # (every wait yields or parks at least once)
         try:
             for token in steps:
-                checkpointed = True
                 if token is None:
                     await trio.lowlevel.checkpoint()
                 else:
                     await self._wait_token(token, t, target)
         finally:
             steps.close()
-        if not checkpointed:  # a wait on work already over: trio still wants a checkpoint
-            await trio.lowlevel.checkpoint()
 
     async def _wait_token(self, token: int, t: Target, target: object) -> None:
         """Park until ``token`` is reported and first in its lane."""
