@@ -57,7 +57,8 @@ def test_back_to_back_waits_register_the_reader_once(dev, mechanism):
     # dispatcher() probes add_reader once when it is made; then one registration serves all 8 waits
     assert counting.calls == ["add", "remove", "add", "remove"], counting.calls
     assert holds == [1] * 8, holds
-    assert lingering["loop_busy"] == 1, lingering
+    # the reader lingers, but no wait is in progress: another loop may take the Notifier
+    assert (lingering["fd_holds"], lingering["loop_busy"]) == (1, 0), lingering
     assert (after["fd_holds"], after["loop_busy"], after["pending"]) == (0, 0, 0), after
 
 
@@ -155,3 +156,106 @@ def test_the_loop_stopping_right_after_the_last_wait_leaves_no_reader(dev):
     finally:
         loop.close()
         n.close()
+
+
+def _one_pass_then(loop, n, s, then):
+    """Run the loop until a wait of n on s (a 0.3 s kernel) is in progress, then call then(task)."""
+    async def main():
+        s.launch(0.3)
+        task = asyncio.ensure_future(cudafd.wait(s, notifier=n))
+        await _passes(4)
+        assert n.statistics()["awaited"] == 1
+        then(task)
+        return task
+
+    return loop.run_until_complete(main())
+
+
+def test_a_wait_cancelled_in_the_pass_its_notifier_closes_leaves_nothing(dev, mechanism):
+    s = dev.stream()
+    n = cudafd.Notifier(mechanism)
+    loop = asyncio.new_event_loop()
+    try:
+        task = _one_pass_then(loop, n, s, lambda task: (n.close(), task.cancel()))
+        with pytest.raises((asyncio.CancelledError, cudafd.ClosedError)):
+            loop.run_until_complete(task)
+        loop.run_until_complete(_passes(3))
+        after = n.statistics()
+    finally:
+        loop.close()
+    assert (after["pending"], after["fd_holds"], after["fd_open"]) == (0, 0, 0), after
+    s.synchronize()
+
+
+def test_a_loop_closed_with_a_wait_parked_gives_the_fd_back(dev, mechanism):
+    import gc
+
+    s = dev.stream()
+    n = cudafd.Notifier(mechanism)
+    loop = asyncio.new_event_loop()
+    loop.set_exception_handler(lambda _loop, _ctx: None)  # "Task was destroyed but it is pending"
+    _one_pass_then(loop, n, s, lambda task: None)
+    loop.close()
+    gc.collect()  # the pending task goes, its coroutine closed
+    n.close()
+    after = n.statistics()
+    assert (after["pending"], after["fd_holds"], after["fd_open"]) == (0, 0, 0), after
+    s.synchronize()
+
+
+def test_a_loop_stopped_in_the_pass_of_its_last_wait_holds_nothing(dev, mechanism):
+    """The loop stops before the pass that would unregister the reader: the Notifier
+    serves another loop at once, and its close gives the fd back though the stopped
+    loop never runs again."""
+    s = dev.stream()
+    n = cudafd.Notifier(mechanism)
+    loop, loop2 = asyncio.new_event_loop(), asyncio.new_event_loop()
+
+    async def last_wait():
+        s.launch(0.01)
+        await cudafd.wait(s, notifier=n)
+        loop.stop()
+
+    async def one():
+        s.launch(0.01)
+        await cudafd.wait(s, notifier=n)
+
+    try:
+        loop.create_task(last_wait())
+        loop.run_forever()
+        assert n.statistics()["loop_busy"] == 0
+        loop2.run_until_complete(one())
+        n.close()
+        after = n.statistics()
+        assert (after["fd_holds"], after["fd_open"]) == (0, 0), after
+    finally:
+        loop.close()
+        loop2.close()
+
+
+def test_a_finished_wait_kept_alive_by_its_traceback_does_not_hold_the_notifier(dev):
+    s = dev.stream()
+    n = cudafd.Notifier()
+    kept = []
+
+    async def first():
+        s.launch(1.0)
+        task = asyncio.ensure_future(cudafd.wait(s, notifier=n))
+        await _passes(4)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError as exc:
+            kept.append(exc)  # its traceback holds the wait's frames
+        await _passes(3)
+
+    async def second():
+        s2 = dev.stream()
+        s2.launch(0.01)
+        await cudafd.wait(s2, notifier=n)
+
+    asyncio.run(first())
+    asyncio.run(second())  # not refused as "already waited on by another event loop"
+    assert kept and n.statistics()["loop_busy"] == 0
+    n.close()
+    s.synchronize()

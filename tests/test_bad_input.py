@@ -168,6 +168,13 @@ def test_wait_with_a_mechanism_name_for_notifier_is_a_clear_error(dev):
 
     with pytest.raises(TypeError, match="notifier= takes a cudafd.Notifier"):
         asyncio.run(cudafd.wait(dev.stream(), notifier="event"))
+    import trio  # (a test dependency)
+
+    async def under_trio():
+        await cudafd.wait(dev.stream(), notifier="event")
+
+    with pytest.raises(TypeError, match="notifier= takes a cudafd.Notifier"):
+        trio.run(under_trio)
 
 
 def test_demo_with_an_unknown_mechanism_is_a_usage_error():

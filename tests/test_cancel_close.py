@@ -118,3 +118,17 @@ def test_fence_close_and_timeout(dev, mechanism):
         f.wait(timeout=1)
     assert not s.idle()  # the GPU work goes on
     s.synchronize()
+
+
+def test_a_wait_cancelled_after_close_gives_the_fd_back(dev, mechanism):
+    """cancel() of a token that close() reported drops its ClosedError, and with it
+    the last reason to keep the fd: it is released at once, as by a drain."""
+    s = dev.stream()
+    s.launch(0.3)
+    n = cudafd.Notifier(mechanism)
+    token = n.watch(s)
+    n.close()
+    assert n.cancel(token) is False  # finished (by the close), its result discarded
+    assert (n.pending, n.statistics()["fd_open"]) == (0, 0), n.statistics()
+    assert n.drain() == []
+    s.synchronize()

@@ -395,6 +395,10 @@ class Notifier:
         with self._lock:
             if token not in self._pending:
                 self._asked.pop(token, None)  # adapter_ask() found it reported through the queue
+                if self._closed:  # its ClosedError in close()'s batch goes too, so the fd can be released
+                    self._closed_batch = [r for r in self._closed_batch if r[0] != token]
+                    self._adapter_tokens.discard(token)
+                    self._release_if_idle()
                 return False
             del self._pending[token]
             self._adapter_tokens.discard(token)

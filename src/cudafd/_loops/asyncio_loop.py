@@ -58,6 +58,7 @@ anything else, the fast path included.
 from __future__ import annotations
 
 import asyncio
+import functools
 import types
 import weakref
 from collections.abc import Callable, Generator
@@ -165,7 +166,12 @@ class _Parked:
         self.disarm()
 
     def on_readable(self) -> bool:
-        """Drain and resolve; True if anything was reported."""
+        """Drain and resolve; True if anything was reported. A reader with nothing parked
+        and no wait in progress has no token to find: it unregisters instead (what is
+        queued is another owner's, or the sans-io side's)."""
+        if not self.futures and not self.busy():
+            self.disarm()
+            return False
         try:
             notifier = self.notifier
             notifier.adapter_poll()  # ("poll": ask the waits that are due; else nothing)
@@ -208,8 +214,28 @@ class Dispatcher:
         return notifier is not None and not notifier.closed
 
     def busy(self) -> bool:
-        """True while a wait of this Dispatcher is in progress."""
-        return self._policy.busy() or self._parked() is not None
+        """True while a wait of this Dispatcher is in progress (a reader left registered
+        with nothing parked does not count: it never drains, on_readable)."""
+        if self._policy.busy():
+            return True
+        parked = self._parked()
+        return parked is not None and bool(parked.futures)
+
+    def notifier_closed(self) -> None:
+        """Close hook (any thread): unregister a reader left with nothing parked now where
+        that is safe (the loop is closed, stopped, or running on this thread), else at
+        the loop's next pass. A reader with futures parked drains their ClosedErrors first."""
+        parked = self._parked()
+        if parked is None or parked.fd < 0 or parked.futures:
+            return
+        loop = parked.loop
+        if loop.is_closed() or not loop.is_running() or _running_loop() is loop:
+            parked.disarm()
+        else:
+            try:
+                loop.call_soon_threadsafe(parked.linger)
+            except RuntimeError:  # closed meanwhile
+                parked.disarm()
 
     async def wait(self, loop: asyncio.AbstractEventLoop, target: object) -> None:
         """Wait for ``target`` (module docstring); cancellation detaches the wait (GPU work goes on)."""
@@ -251,10 +277,33 @@ class Dispatcher:
         finally:
             if token in futures:  # not reported: cancelled, or the coroutine was closed
                 parked.forget(token)
+            if not futures:  # (by this reference: the weak one may be cleared when a closed loop's task is collected)
+                parked.linger()
 
 
 def _none() -> None:
     return None
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+_ON_CLOSE = object()  # adapter_state's key: the Dispatchers to tell when a Notifier closes
+
+
+def _close_group(notifier: Notifier) -> weakref.WeakSet[Dispatcher]:
+    group: weakref.WeakSet[Dispatcher] = weakref.WeakSet()
+    notifier.adapter_on_close(functools.partial(_closed, group))
+    return group
+
+
+def _closed(group: weakref.WeakSet[Dispatcher]) -> None:
+    for disp in list(group):
+        disp.notifier_closed()
 
 
 @types.coroutine
@@ -301,6 +350,7 @@ def dispatcher(loop: asyncio.AbstractEventLoop, notifier: Notifier | None) -> Di
         # a loop without add_reader is refused at the first wait, whether or not it needs the fd
         _remove_reader(loop, notifier, _add_reader(loop, notifier, _none))
         disp = table[notifier] = Dispatcher(notifier)
+        notifier.adapter_state(_ON_CLOSE, functools.partial(_close_group, notifier)).add(disp)
     _last = (weakref.ref(loop), None if default else weakref.ref(notifier), weakref.ref(disp))
     return disp
 

@@ -79,6 +79,8 @@ def dispatcher(notifier: Notifier | None) -> Dispatcher:
     """The Dispatcher of ``notifier`` (default: the run's own Notifier) in the current trio run."""
     if notifier is None:
         return default_dispatcher()
+    if not isinstance(notifier, Notifier):
+        raise TypeError(f"notifier= takes a cudafd.Notifier, not {type(notifier).__qualname__}")
     key = _run_key()
     table = notifier.adapter_state(dispatcher, weakref.WeakKeyDictionary)
     disp = table.get(key)
