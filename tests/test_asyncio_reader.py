@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from support import MECHANISMS
 
 import cudafd
 
@@ -258,4 +259,61 @@ def test_a_finished_wait_kept_alive_by_its_traceback_does_not_hold_the_notifier(
     asyncio.run(second())  # not refused as "already waited on by another event loop"
     assert kept and n.statistics()["loop_busy"] == 0
     n.close()
+    s.synchronize()
+
+
+class _CollectingLock:
+    """A Notifier's lock whose every acquisition runs a collection, as an allocation
+    inside the locked section may: a finalizer that calls back into the Notifier then
+    runs while this thread holds its lock."""
+
+    def __init__(self, lock) -> None:
+        self.lock = lock
+
+    def __enter__(self):
+        self.lock.acquire()
+        import gc
+
+        gc.collect()
+
+    def __exit__(self, *exc) -> None:
+        self.lock.release()
+
+    def _is_owned(self) -> bool:
+        return self.lock._is_owned()
+
+
+@pytest.mark.parametrize("mech", [m for m in MECHANISMS if m != "spin"])  # (spin parks nothing)
+def test_a_closed_loops_waits_collected_inside_a_notifier_call_neither_hang_nor_leak(dev, mech):
+    """The tasks of a loop closed with waits parked are collected while the Notifier's
+    own lock is held (a collection can run at any allocation): their coroutines' ends
+    (cancel, giving the reader's fd hold back) are put off to the Notifier's next call
+    instead of deadlocking on its lock."""
+    import gc
+
+    s = dev.stream()
+    n = cudafd.Notifier(mech)
+    loop = asyncio.new_event_loop()
+    loop.set_exception_handler(lambda _loop, _ctx: None)  # "Task was destroyed but it is pending"
+
+    async def park():
+        s.launch(0.3)
+        for _ in range(3):
+            asyncio.ensure_future(cudafd.wait(s, notifier=n))
+        await _passes(5)
+
+    gc.disable()
+    try:
+        loop.run_until_complete(park())
+        loop.close()
+        assert n.statistics()["awaited"] == 3
+        n._lock = _CollectingLock(n._lock)
+        n.drain()  # the collection runs inside: the waits' ends are put off
+    finally:
+        gc.enable()
+    n._lock = n._lock.lock
+    n.drain()
+    n.close()
+    after = n.statistics()
+    assert (after["pending"], after["fd_holds"], after["fd_open"]) == (0, 0, 0), after
     s.synchronize()

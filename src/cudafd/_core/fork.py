@@ -33,7 +33,7 @@ _tracked: weakref.WeakSet[object] = weakref.WeakSet()
 
 
 def track(obj: object) -> None:
-    """Give ``obj._lock`` a fresh threading.Lock in a fork() child: a thread
+    """Give ``obj._lock`` a fresh threading.RLock in a fork() child: a thread
     of the parent may have held it at the fork, and that thread is not in
     the child to release it (a Notifier's lock, held by the poll
     mechanism's helper thread, hung a child's close())."""
@@ -54,7 +54,7 @@ def _after_fork_in_child() -> None:
     global _forbidden, _generation
     _generation += 1
     for obj in list(_tracked):
-        obj._lock = threading.Lock()  # type: ignore[attr-defined]
+        obj._lock = threading.RLock()  # type: ignore[attr-defined]
     if not _forbidden:
         try:
             _forbidden = _driver_was_initialised()

@@ -75,7 +75,11 @@ close with a ClosedError, later drains return []. The fd itself is released
 once that batch has been drained and no loop adapter holds it (adapters hold
 it while they have a reader registered, so the fd number cannot be reused
 under their selector); when nothing is pending at close, close() releases it
-at once. ``__del__`` only runs the same cleanup.
+at once. ``__del__`` only runs the same cleanup. A cancel(), close() or
+adapter_release_fd() made from inside one of the Notifier's own calls on the
+same thread (a finalizer that a garbage collection runs there, such as a
+closed loop's parked task) takes effect at the start of its next call, or
+the next close(), instead of deadlocking on its lock.
 """
 
 from __future__ import annotations
@@ -96,7 +100,16 @@ __all__ = ["Notifier", "MECHANISMS", "default_mechanism"]
 
 MECHANISMS = ("event", "hostfunc", "spin", "poll", "syncfd")
 _DONE_TOKEN_BASE = 1 << 63  # tokens of waits complete on arrival (native tokens stay below)
+_LATER_RELEASE, _LATER_CLOSE = -1, -2  # Notifier._later's entries beside tokens (never negative)
 _CLOSED_MESSAGE = "the Notifier was closed while this wait was pending (the GPU work is not cancelled)"
+
+
+def _run_hooks(hooks: list[Callable[[], None]]) -> None:
+    for hook in hooks:
+        try:
+            hook()
+        except Exception:
+            pass
 
 
 def default_mechanism() -> str:
@@ -196,7 +209,12 @@ class Notifier:
         name = _check_mechanism(mechanism if mechanism is not None else default_mechanism())
         lateness_ns = _max_lateness_ns(max_lateness)
         self._max_lateness = (lateness_ns if lateness_ns is not None else _lib.MAX_LATENESS_DEFAULT_NS) / 1e9
-        self._lock = threading.Lock()
+        # Reentered only by a finalizer that a collection runs inside a locked section
+        # (a closed loop's task parked here, a loop's default Notifier): cancel(),
+        # adapter_release_fd() and close() then leave their work to the next section
+        # (_catch_up) instead of deadlocking or changing state under it.
+        self._lock = threading.RLock()
+        self._later: list[int] = []  # tokens to cancel, _LATER_RELEASE, _LATER_CLOSE
         _fork.track(self)  # a fresh lock in a fork() child
         self.mechanism, self._backend = _make_backend(name, lateness_ns)
         self.needs_polling = self._backend.needs_polling
@@ -334,6 +352,8 @@ class Notifier:
 
     def _watch(self, t: Target, asked: bool = False) -> int:
         with self._lock:
+            if self._later:
+                self._catch_up()
             if self._closed:
                 raise ClosedError("watch() on a closed Notifier")
             kind = t.kind
@@ -392,23 +412,43 @@ class Notifier:
         """
         if isinstance(token, bool) or not isinstance(token, int):
             raise TypeError(f"a wait token is an int from watch(), not {type(token).__qualname__}")
-        with self._lock:
-            if token not in self._pending:
-                self._asked.pop(token, None)  # adapter_ask() found it reported through the queue
-                if self._closed:  # its ClosedError in close()'s batch goes too, so the fd can be released
-                    self._closed_batch = [r for r in self._closed_batch if r[0] != token]
-                    self._adapter_tokens.discard(token)
-                    self._release_if_idle()
-                return False
-            del self._pending[token]
-            self._adapter_tokens.discard(token)
-            if token >= _DONE_TOKEN_BASE:
-                self._ready.remove(token)
-                return False
-            if self._backend.cancel(token):  # type: ignore[union-attr]
-                return True
-            self._dropped.add(token)
+        if self._lock._is_owned():  # type: ignore[attr-defined]  # (see __init__)
+            self._later.append(token)
             return False
+        with self._lock:
+            if self._later:
+                self._catch_up()
+            return self._cancel(token)
+
+    def _cancel(self, token: int) -> bool:  # lock held
+        if token not in self._pending:
+            self._asked.pop(token, None)  # adapter_ask() found it reported through the queue
+            if self._closed:  # its ClosedError in close()'s batch goes too, so the fd can be released
+                self._closed_batch = [r for r in self._closed_batch if r[0] != token]
+                self._adapter_tokens.discard(token)
+                self._release_if_idle()
+            return False
+        del self._pending[token]
+        self._adapter_tokens.discard(token)
+        if token >= _DONE_TOKEN_BASE:
+            self._ready.remove(token)
+            return False
+        if self._backend.cancel(token):  # type: ignore[union-attr]
+            return True
+        self._dropped.add(token)
+        return False
+
+    def _catch_up(self) -> None:  # lock held: what a reentered cancel(), adapter_release_fd() or close() left
+        later = self._later
+        while later:
+            token = later.pop(0)
+            if token == _LATER_RELEASE:
+                self._fd_holds -= 1
+            elif token == _LATER_CLOSE:
+                _run_hooks(self._close_locked())  # (its hooks' calls back here are put off again)
+            else:
+                self._cancel(token)
+        self._release_if_idle()
 
     def drain(self) -> list[tuple[int, BaseException | None]]:
         """Every wait of watch() finished since the last drain, as (token, None or exception).
@@ -423,6 +463,8 @@ class Notifier:
 
     def _drain(self, for_adapter: bool) -> list[tuple[int, BaseException | None]]:
         with self._lock:
+            if self._later:
+                self._catch_up()
             if self._closed:  # the batch of close(), each side its own
                 mine = self._adapter_tokens
                 out = [r for r in self._closed_batch if (r[0] in mine) == for_adapter]
@@ -544,26 +586,29 @@ class Notifier:
         lock = getattr(self, "_lock", None)
         if lock is None or self._backend is None:
             return
+        if lock._is_owned():  # (see __init__)
+            self._later.append(_LATER_CLOSE)
+            return
         with lock:
-            if self._closed:
-                return
-            self._closed = True
-            self._backend.close()
-            self._adapter_tokens.update(token for token, _ in self._kept_adapter)  # still the adapter's
-            self._closed_batch = self._kept + self._kept_adapter + [
-                (token, ClosedError(_CLOSED_MESSAGE)) for token in self._pending
-            ]
-            self._kept, self._kept_adapter = [], []
-            self._pending.clear()
-            self._ready = []
-            self._dropped.clear()
-            self._release_if_idle()
-            hooks = list(self._close_hooks)
-        for hook in hooks:  # outside the lock: a hook may give the fd back
-            try:
-                hook()
-            except Exception:
-                pass
+            self._catch_up()
+            hooks = self._close_locked()
+        _run_hooks(hooks)  # outside the lock: a hook may give the fd back
+
+    def _close_locked(self) -> list[Callable[[], None]]:  # lock held; returns the hooks to run
+        if self._closed:
+            return []
+        self._closed = True
+        self._backend.close()  # type: ignore[union-attr]
+        self._adapter_tokens.update(token for token, _ in self._kept_adapter)  # still the adapter's
+        self._closed_batch = self._kept + self._kept_adapter + [
+            (token, ClosedError(_CLOSED_MESSAGE)) for token in self._pending
+        ]
+        self._kept, self._kept_adapter = [], []
+        self._pending.clear()
+        self._ready = []
+        self._dropped.clear()
+        self._catch_up()  # (a collection may have run in this section too)
+        return list(self._close_hooks)
 
     # ---- fd ownership, for loop adapters ----
 
@@ -586,9 +631,12 @@ class Notifier:
 
     def adapter_release_fd(self) -> None:
         """Loop-adapter protocol: undo adapter_hold_fd(); call it after removing the reader."""
+        if self._lock._is_owned():  # type: ignore[attr-defined]  # (see __init__)
+            self._later.append(_LATER_RELEASE)
+            return
         with self._lock:
             self._fd_holds -= 1
-            self._release_if_idle()
+            self._catch_up()
 
     def _release_if_idle(self) -> None:  # lock held
         if self._closed and not self._released and not self._closed_batch and self._fd_holds <= 0:
