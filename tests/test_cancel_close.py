@@ -132,3 +132,35 @@ def test_a_wait_cancelled_after_close_gives_the_fd_back(dev, mechanism):
     assert (n.pending, n.statistics()["fd_open"]) == (0, 0), n.statistics()
     assert n.drain() == []
     s.synchronize()
+
+
+def test_fence_wait_holds_its_fd_while_another_thread_closes_the_fence(dev, mechanism):
+    """A thread sleeping in Fence.wait() holds the fd, so a close() from another thread
+    cannot release the number (to be reused by another file under the sleeper's poll);
+    the sleeper wakes with ClosedError and the fd goes once it lets go."""
+    import threading
+
+    s = dev.stream()
+    prepare(s, mechanism)
+    s.launch(1.0)
+    f = cudafd.fence(s, mechanism=mechanism)
+    n = f._notifier
+    outcome = []
+
+    def waiter():
+        try:
+            outcome.append(f.wait())
+        except cudafd.CudafdError as exc:
+            outcome.append(exc)
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    deadline = time.monotonic() + 10
+    while n.statistics()["fd_holds"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert n.statistics()["fd_holds"] == 1, "the sleeping wait() holds no fd"
+    f.close()
+    t.join(10)
+    assert not t.is_alive() and isinstance(outcome[0], cudafd.ClosedError), outcome
+    assert n.statistics()["fd_open"] == 0
+    s.synchronize()

@@ -131,7 +131,9 @@ static void retire_streams(cfd_side_pool *p)
 {
     if (p->filling)
         return;
+    bool held = false; /* a holder may be making the slot's stream now, without g.mu */
     for (int i = 0; i < CFD_SIDE_MAX; i++) {
+        held |= p->busy[i] > 0;
         if (p->stream[i] && p->busy[i] == 0) {
             cu.cuStreamDestroy(p->stream[i]);
             p->stream[i] = NULL;
@@ -139,7 +141,7 @@ static void retire_streams(cfd_side_pool *p)
             cfd_count(ST_STREAMS, -1);
         }
     }
-    if (p->primary == 2 && !has_streams(p)) { /* the last one went: so does the reference */
+    if (p->primary == 2 && !held && !has_streams(p)) { /* the last one went: so does the reference */
         cu.cuDevicePrimaryCtxRelease(p->pdev);
         p->primary = 0;
     }

@@ -189,10 +189,27 @@ class Fence:
         deadline = _deadline(timeout)
         if (deadline is None or deadline > time.monotonic()) and not self.done():
             _warn_if_in_loop()
-        notifier = self._notifier
-        # the fd that turns readable: the point passed, or with the "poll" mechanism
-        # also when done() is due to ask the driver again (the backend's timer)
-        fd = notifier._reader_fd if notifier is not None else self._fd
+        if not self.done():
+            # The fd that turns readable: the point passed, or with the "poll" mechanism
+            # also when done() is due to ask the driver again (the backend's timer). Held
+            # while this thread sleeps on it, so a close() from another thread cannot
+            # release the number to another file meanwhile; once released, done() knows.
+            notifier = self._notifier
+            try:
+                fd = notifier.adapter_hold_fd()  # type: ignore[union-attr]
+            except ClosedError:
+                fd = -1
+            if fd >= 0:
+                try:
+                    if not self._sleep_until_done(fd, deadline):
+                        return False
+                finally:
+                    notifier.adapter_release_fd()  # type: ignore[union-attr]
+        self.result()
+        return True
+
+    def _sleep_until_done(self, fd: int, deadline: float | None) -> bool:
+        """Sleep on ``fd`` until done() (True) or the deadline (False)."""
         poller = None
         while not self.done():
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -203,7 +220,6 @@ class Fence:
                 poller.register(fd, select.POLLIN)
             step = _SLEEP_MAX if remaining is None else min(remaining, _SLEEP_MAX)
             poller.poll(max(1, math.ceil(step * 1000)))
-        self.result()
         return True
 
     def result(self) -> None:

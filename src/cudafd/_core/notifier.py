@@ -342,15 +342,13 @@ class Notifier:
         """Loop-adapter protocol: watch() of a resolved target (cudafd._core.targets.resolve),
         whose completion only adapter_drain() reports, or, where ``adapter_asks``, that the
         caller learns of with adapter_ask() (the core's poller then only backs it up)."""
-        token = self._watch(t, asked=self.adapter_asks)
-        self._adapter_tokens.add(token)
-        return token
+        return self._watch(t, asked=self.adapter_asks, adapter=True)
 
     def adapter_drain(self) -> list[tuple[int, BaseException | None]]:
         """Loop-adapter protocol: drain() of the adapter_watch() tokens only."""
         return self._drain(True)
 
-    def _watch(self, t: Target, asked: bool = False) -> int:
+    def _watch(self, t: Target, asked: bool = False, adapter: bool = False) -> int:
         with self._lock:
             if self._later:
                 self._catch_up()
@@ -371,6 +369,8 @@ class Notifier:
                 self._signal()
                 self._ready.append(token)
             self._pending[token] = t.keep
+            if adapter:  # before any drain (another thread's too) can see its completion
+                self._adapter_tokens.add(token)
         return token
 
     def _signal(self) -> None:  # lock held: make the fd readable for a drain to come
