@@ -155,3 +155,29 @@ def record_event(dev, stream):
 
 def destroy_event(dev, ev):
     dev.drv.cuEventDestroy(int(ev.handle) if hasattr(ev, "handle") else int(ev))
+
+
+def test_an_awaited_fence_dropped_without_close_is_freed_at_once(dev, loop_flavor, mechanism):
+    """Awaiting a Fence leaves no reference cycle behind: dropped without close(), it and
+    its Notifier (with the fd) go as soon as the last reference does, not at a later
+    garbage collection."""
+    import gc
+    import weakref
+
+    from support import run
+
+    s = dev.stream()
+
+    async def body(api):
+        s.launch(0.001)
+        f = cudafd.fence(s, mechanism=mechanism)
+        await f
+        return weakref.ref(f), weakref.ref(f._notifier)
+
+    gc.collect()
+    gc.disable()
+    try:
+        refs = run(loop_flavor, mechanism, body)
+        assert [r() for r in refs] == [None, None]
+    finally:
+        gc.enable()

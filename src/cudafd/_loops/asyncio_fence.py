@@ -79,15 +79,21 @@ class _ReadinessWaiter:
 async def wait_readiness(notifier: Notifier, check: Callable[[], bool]) -> None:
     """Wait on the running loop until ``check()`` is True, re-checking whenever the fd is readable.
 
-    The waiter state is kept with the Notifier (Notifier.adapter_state), so
-    several coroutines can await the same Fence at once. Cancellation
-    unregisters only this waiter.
+    The waiter state is kept with the Notifier (Notifier.adapter_state) while
+    anything awaits, so several coroutines can await the same Fence at once,
+    and dropped after, so a Fence dropped without close() is freed at once.
+    Cancellation unregisters only this waiter.
     """
     loop = asyncio.get_running_loop()
-    waiter = notifier.adapter_state(_ReadinessWaiter, lambda: _ReadinessWaiter(notifier, check))
+    holder = notifier.adapter_state(_ReadinessWaiter, lambda: [None])
+    waiter = holder[0]
+    if waiter is None:
+        waiter = holder[0] = _ReadinessWaiter(notifier, check)
     fut: asyncio.Future[None] = loop.create_future()
-    waiter.add(loop, fut)
     try:
+        waiter.add(loop, fut)
         await fut
     finally:
         waiter.discard(fut)
+        if not waiter._futures and holder[0] is waiter:
+            holder[0] = None  # (it refers to the Notifier and the Fence: no cycle is left behind)

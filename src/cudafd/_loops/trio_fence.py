@@ -62,4 +62,8 @@ async def wait_until(notifier: Notifier, check: Callable[[], bool]) -> None:
         if waiters is not None and waiters._slots:
             raise CudafdError("a Fence can be awaited in one trio run (or event loop) at a time")
         waiters = holder[0] = _FenceWaiters(notifier, check)
-    await waiters.wait()
+    try:
+        await waiters.wait()
+    finally:
+        if not waiters._slots and holder[0] is waiters:
+            holder[0] = None  # (it refers to the Notifier and the Fence: no cycle is left behind)
