@@ -442,13 +442,13 @@ def test_waits_on_one_stream_return_in_start_order(dev, mechanism):
     s = dev.stream()
 
     async def body(api):
+        returned = []
+
+        async def one(i):
+            await api.wait(s)
+            returned.append(i)
+
         for kernel in (0.0, 0.0005, 0.0, 0.002):
-            returned = []
-
-            async def one(i):
-                await api.wait(s)
-                returned.append(i)
-
             for _ in range(10):
                 returned.clear()
                 if kernel:

@@ -129,16 +129,17 @@ def test_waits_on_one_stream_return_in_start_order(dev, loop_flavor, mechanism):
     s = dev.stream()
 
     async def body(api):
+        returned = []
+
+        async def one(i, late=False):
+            if late:
+                await asyncio.sleep(0)  # its wait starts a pass after the others'
+            await api.wait(s)
+            returned.append(i)
+
         for kernel in (0.0, 0.00002, 0.00005, 0.0001, 0.0003, 0.001):
             for _ in range(10):
-                returned = []
-
-                async def one(i, late=False):
-                    if late:
-                        await asyncio.sleep(0)  # its wait starts a pass after the others'
-                    await api.wait(s)
-                    returned.append(i)
-
+                returned.clear()
                 if kernel:
                     s.launch(kernel)
                 tasks = [asyncio.ensure_future(one(0)), asyncio.ensure_future(one(2, late=True)),
