@@ -460,3 +460,33 @@ def test_waits_on_one_stream_return_in_start_order(dev, mechanism):
                 assert returned == sorted(returned), (kernel, returned)
 
     run_trio(mechanism, body)
+
+
+def test_a_wait_cancelled_in_the_pass_its_notifier_closes_leaves_nothing(dev, mechanism):
+    s = dev.stream()
+    n = cudafd.Notifier(mechanism)
+
+    async def main():
+        s.launch(0.3)
+        scope = trio.CancelScope()
+        outcome = []
+
+        async def waiter():
+            with scope:
+                try:
+                    await cudafd.wait(s, notifier=n)
+                except cudafd.ClosedError as exc:  # the close may win
+                    outcome.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waiter)
+            for _ in range(5):
+                await trio.lowlevel.checkpoint()
+            assert n.statistics()["awaited"] == 1
+            n.close()
+            scope.cancel()
+        return n.statistics()
+
+    after = trio.run(main)
+    assert (after["pending"], after["fd_holds"], after["fd_open"]) == (0, 0, 0), after
+    s.synchronize()
