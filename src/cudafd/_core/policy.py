@@ -104,7 +104,7 @@ class WaitPolicy:
     def __init__(self, fast_yields: bool = False) -> None:
         self._fast_yields = fast_yields  # the fast path yields once every time (trio's checkpoint)
         self._streams: dict[object, int] = {}  # stream key (steps; -1: events) -> its waits started and not over
-        self._unwatched: dict[object, deque] = {}  # stream key -> its waits that have not watched, in start order
+        self._unwatched: dict[object, list] = {}  # stream key -> its waits that have not watched, in start order
         self._quick = 0  # waits in a row that were over before they began
         self._asking: dict[object, deque] = {}  # stream key or event handle -> tokens asking (step 4), in watch order
 
@@ -129,17 +129,28 @@ class WaitPolicy:
             # progress on its stream, first in its line, so a later wait
             # there returns after it.
             streams[key] = 1
-            line, me = self._join(key)
+            unwatched = self._unwatched
+            me = object()
+            unwatched[key] = line = [me]  # (no wait was in progress: the line is new)
             try:
                 yield None
             finally:
-                self._part(key, line, me)
+                line.remove(me)
+                if not line:
+                    del unwatched[key]
                 self._leave(key)
             return
         self._quick = 0
         streams[key] = streams.get(key, 0) + 1  # from here on a later wait on the stream is not lone
         try:
-            line, me = self._join(key)
+            # last in the stream's line of waits that have not watched yet
+            unwatched = self._unwatched
+            me = object()
+            line = unwatched.get(key)
+            if line is None:
+                unwatched[key] = line = [me]
+            else:
+                line.append(me)
             try:
                 if lone:
                     yield None  # step 2: then ask again
@@ -149,7 +160,9 @@ class WaitPolicy:
                     return
                 token = notifier.adapter_watch(t)
             finally:
-                self._part(key, line, me)
+                line.remove(me)
+                if not line:
+                    del unwatched[key]
             if notifier.adapter_asks:
                 lkey = notifier.adapter_stream_key(t) if t.kind == "stream" else t.handle
                 line = self._asking.get(lkey)
@@ -164,21 +177,6 @@ class WaitPolicy:
                 yield token
         finally:
             self._leave(key)
-
-    def _join(self, key: object) -> tuple[deque, object]:
-        """Put a new wait last in ``key``'s line of waits that have not watched yet."""
-        line = self._unwatched.get(key)
-        if line is None:
-            line = self._unwatched[key] = deque()
-        me = object()
-        line.append(me)
-        return line, me
-
-    def _part(self, key: object, line: deque, me: object) -> None:
-        """Take a wait out of ``key``'s line: it watched, or it ended."""
-        line.remove(me)
-        if not line:
-            del self._unwatched[key]
 
     def _leave(self, key: object) -> None:
         left = self._streams[key] - 1
