@@ -544,6 +544,22 @@ static void test_close_races_watches(int mech, CUcontext ctx)
     }
 }
 
+/* The exit status of a child process, or -1 (killed) if it did not end within timeout seconds. */
+static int exit_status(pid_t pid, double timeout)
+{
+    int status = -1;
+    double deadline = now_s() + timeout;
+    pid_t done = 0;
+    while ((done = waitpid(pid, &status, WNOHANG)) == 0 && now_s() < deadline)
+        usleep(1000);
+    if (done == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        return -1; /* hung */
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 /* fork() after use: the child is refused, clearly, and exits; the parent's
  * wait pending across the fork still completes (fork.c). */
 static void test_fork_child(CUcontext ctx)
@@ -572,17 +588,8 @@ static void test_fork_child(CUcontext ctx)
         cudafd_notifier_destroy(n);
         _exit(bad ? 3 : 0);
     }
-    int status = -1;
-    double deadline = now_s() + 20.0;
-    pid_t done = 0;
-    while ((done = waitpid(pid, &status, WNOHANG)) == 0 && now_s() < deadline)
-        usleep(1000);
-    if (done == 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-    }
-    CHECK(done == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0, "fork child: %s, status %d",
-          done == pid ? "exited" : "hung", status);
+    int got = exit_status(pid, 20.0);
+    CHECK(got == 0, "fork child: %s, status %d", got < 0 ? "hung" : "exited", got);
     cudafd_completion c[1];
     CHECK(collect(n, c, 1, 20.0) == 1 && c[0].token == t && c[0].status == 0, "the parent's wait after the fork");
     cudafd_notifier_destroy(n);
@@ -640,21 +647,6 @@ static void *load_driver(void *arg)
 {
     __atomic_store_n((int *)arg, cudafd_driver_load(), __ATOMIC_RELEASE);
     return NULL;
-}
-
-static int exit_status(pid_t pid, double timeout)
-{
-    int status = -1;
-    double deadline = now_s() + timeout;
-    pid_t done = 0;
-    while ((done = waitpid(pid, &status, WNOHANG)) == 0 && now_s() < deadline)
-        usleep(1000);
-    if (done == 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        return -1; /* hung */
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 static void test_fork_during_load(void)

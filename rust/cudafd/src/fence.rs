@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::os::unix::io::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -223,23 +223,11 @@ impl Fence {
                         let r = inner.dispatch();
                         st = inner.lock();
                         if let Err(e) = r {
-                            if st.release(self.token, &mut wake) {
-                                inner.changed.notify_all();
-                            }
-                            drop(st);
-                            wake_all(wake);
-                            return Err(e);
+                            return give_up(&inner, st, self.token, wake, e);
                         }
                         continue;
                     }
-                    _ => {
-                        if st.release(self.token, &mut wake) {
-                            inner.changed.notify_all();
-                        }
-                        drop(st);
-                        wake_all(wake);
-                        return Err(Error::Timeout);
-                    }
+                    _ => return give_up(&inner, st, self.token, wake, Error::Timeout),
                 },
             };
             match st.leader {
@@ -255,12 +243,7 @@ impl Fence {
                     let r = poll_readable(inner.fd, slice).and_then(|_| inner.dispatch());
                     st = inner.lock();
                     if let Err(e) = r {
-                        if st.release(self.token, &mut wake) {
-                            inner.changed.notify_all();
-                        }
-                        drop(st);
-                        wake_all(wake);
-                        return Err(e);
+                        return give_up(&inner, st, self.token, wake, e);
                     }
                 }
             }
@@ -299,6 +282,23 @@ fn settle(
         st.release(token, wake);
     }
     done.clone()
+}
+
+/// A blocking wait ends without its outcome (`err`): it gives up the lead,
+/// if it held it, to another blocking wait.
+fn give_up(
+    inner: &Inner,
+    mut st: MutexGuard<'_, State>,
+    token: u64,
+    mut wake: Vec<Waker>,
+    err: Error,
+) -> Result<(), Error> {
+    if st.release(token, &mut wake) {
+        inner.changed.notify_all();
+    }
+    drop(st);
+    wake_all(wake);
+    Err(err)
 }
 
 fn wake_all(wake: Vec<Waker>) {
