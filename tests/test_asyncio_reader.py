@@ -317,3 +317,58 @@ def test_a_closed_loops_waits_collected_inside_a_notifier_call_neither_hang_nor_
     after = n.statistics()
     assert (after["pending"], after["fd_holds"], after["fd_open"]) == (0, 0, 0), after
     s.synchronize()
+
+
+def test_a_loop_closed_with_a_kept_parked_task_lets_go_of_the_notifier(dev):
+    """A loop closed while a task it ran is parked on a wait, the program still holding
+    the task: the Notifier serves another loop at once, and its close gives the fd back."""
+    s = dev.stream()
+    n = cudafd.Notifier()
+    loop = asyncio.new_event_loop()
+    s.launch(0.5)
+    task = loop.create_task(cudafd.wait(s, notifier=n))
+
+    async def until_parked():
+        while n.statistics()["awaited"] == 0:
+            await asyncio.sleep(0)
+
+    loop.run_until_complete(until_parked())
+    loop.close()  # the task stays pending, and referenced
+
+    async def other():
+        s2 = dev.stream()
+        s2.launch(0.01)
+        await cudafd.wait(s2, notifier=n)
+
+    asyncio.run(other())  # not refused as "already waited on by another event loop"
+    n.close()
+    after = n.statistics()
+    assert (after["fd_holds"], after["fd_open"]) == (0, 0), after
+    assert not task.done()
+    task._log_destroy_pending = False  # (it never ends: its loop is closed)
+    s.synchronize()
+
+
+def test_a_loop_stopped_after_its_last_wait_then_closed_gives_the_fd_back(dev, mechanism):
+    """The loop stops in the pass of its last wait (the reader lingers) and is closed
+    before the Notifier: the reader's hold goes with it, and the Notifier's close
+    releases the fd."""
+    import gc
+
+    s = dev.stream()
+    n = cudafd.Notifier(mechanism)
+    loop = asyncio.new_event_loop()
+
+    async def last_wait():
+        s.launch(0.01)
+        await cudafd.wait(s, notifier=n)
+        loop.stop()
+
+    loop.create_task(last_wait())
+    loop.run_forever()
+    loop.close()
+    del loop
+    gc.collect()
+    n.close()
+    after = n.statistics()
+    assert (after["fd_holds"], after["fd_open"]) == (0, 0), after

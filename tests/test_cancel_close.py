@@ -164,3 +164,22 @@ def test_fence_wait_holds_its_fd_while_another_thread_closes_the_fence(dev, mech
     assert not t.is_alive() and isinstance(outcome[0], cudafd.ClosedError), outcome
     assert n.statistics()["fd_open"] == 0
     s.synchronize()
+
+
+def test_a_cancelled_wait_is_never_reported_though_the_other_side_took_it(dev, mechanism):
+    """A Notifier serving watch() and await at once: a finished watch() wait whose
+    completion the loop adapter's drain kept for drain() is not reported once cancelled,
+    and leaves nothing behind (the fd is not signalled for it again)."""
+    s = dev.stream()
+    n = cudafd.Notifier(mechanism)
+    s.launch(0.01)
+    token = n.watch(s)
+    deadline = time.monotonic() + 10
+    while not n._kept and time.monotonic() < deadline:  # the adapter's drain takes it, for drain()
+        n.adapter_poll()
+        assert n.adapter_drain() == []
+        time.sleep(0.001)
+    assert n.cancel(token) is False  # finished: its result is discarded
+    assert n.drain() == [] and n.pending == 0
+    n.close()
+    assert n.statistics()["fd_open"] == 0

@@ -104,6 +104,10 @@ _LATER_RELEASE, _LATER_CLOSE = -1, -2  # Notifier._later's entries beside tokens
 _CLOSED_MESSAGE = "the Notifier was closed while this wait was pending (the GPU work is not cancelled)"
 
 
+def _without(results: list[tuple[int, BaseException | None]], token: int) -> list[tuple[int, BaseException | None]]:
+    return [r for r in results if r[0] != token] if results else results
+
+
 def _run_hooks(hooks: list[Callable[[], None]]) -> None:
     for hook in hooks:
         try:
@@ -422,11 +426,15 @@ class Notifier:
 
     def _cancel(self, token: int) -> bool:  # lock held
         if token not in self._pending:
-            self._asked.pop(token, None)  # adapter_ask() found it reported through the queue
-            if self._closed:  # its ClosedError in close()'s batch goes too, so the fd can be released
-                self._closed_batch = [r for r in self._closed_batch if r[0] != token]
-                self._adapter_tokens.discard(token)
+            # Finished already: its result, wherever it waits to be taken, goes (asked
+            # about by adapter_ask, kept by the other side's drain, or close()'s batch).
+            self._asked.pop(token, None)
+            self._kept = _without(self._kept, token)
+            self._kept_adapter = _without(self._kept_adapter, token)
+            if self._closed:
+                self._closed_batch = _without(self._closed_batch, token)
                 self._release_if_idle()
+            self._adapter_tokens.discard(token)
             return False
         del self._pending[token]
         self._adapter_tokens.discard(token)
@@ -551,6 +559,8 @@ class Notifier:
           (the native mechanisms' events are counted by cudafd.stats()).
         """
         with self._lock:
+            if self._later:
+                self._catch_up()
             adapter = self._adapter_tokens
             awaited = (
                 sum(1 for token in self._pending if token in adapter)
@@ -618,6 +628,8 @@ class Notifier:
         mechanism the backend's timer, readable when adapter_poll() is due and while
         completions are queued. Raises ClosedError once the fds were released."""
         with self._lock:
+            if self._later:
+                self._catch_up()
             if self._released:
                 raise ClosedError("the Notifier is closed")
             self._fd_holds += 1

@@ -157,6 +157,11 @@ class _Parked:
         if fd >= 0:
             _remove_reader(self.loop, self.notifier, fd)
 
+    def __del__(self) -> None:
+        if self.fd >= 0:  # collected registered: its loop was closed (which dropped the reader)
+            self.fd = -1
+            self.notifier.adapter_release_fd()  # (from inside the Notifier's own call: put off, Notifier)
+
     def fail(self, exc: BaseException) -> None:
         """The native core failed: fail every waiter rather than hang."""
         for fut in self.futures.values():
@@ -201,9 +206,10 @@ class Dispatcher:
     It holds its loop and Notifier weakly and its parked futures only through
     a weak reference (see "Lifetimes" above)."""
 
-    __slots__ = ("_notifier_ref", "_parked", "_policy", "__weakref__")
+    __slots__ = ("_loop_ref", "_notifier_ref", "_parked", "_policy", "__weakref__")
 
-    def __init__(self, notifier: Notifier) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, notifier: Notifier) -> None:
+        self._loop_ref = weakref.ref(loop)
         self._notifier_ref = weakref.ref(notifier)
         self._parked: Callable[[], _Parked | None] = _none
         self._policy = WaitPolicy()
@@ -215,21 +221,30 @@ class Dispatcher:
 
     def busy(self) -> bool:
         """True while a wait of this Dispatcher is in progress (a reader left registered
-        with nothing parked does not count: it never drains, on_readable)."""
-        if self._policy.busy():
-            return True
+        with nothing parked does not count: it never drains, on_readable), and its loop
+        is not closed (a wait left there never goes on)."""
         parked = self._parked()
-        return parked is not None and bool(parked.futures)
+        if not self._policy.busy() and (parked is None or not parked.futures):
+            return False
+        loop = self._loop_ref()
+        return loop is not None and not loop.is_closed()
 
     def notifier_closed(self) -> None:
         """Close hook (any thread): unregister a reader left with nothing parked now where
-        that is safe (the loop is closed, stopped, or running on this thread), else at
-        the loop's next pass. A reader with futures parked drains their ClosedErrors first."""
+        that is safe (the loop is stopped, or running on this thread), else at the loop's
+        next pass. A reader with futures parked drains their ClosedErrors first, except on
+        a closed loop, where nothing runs: its waits are forgotten."""
         parked = self._parked()
-        if parked is None or parked.fd < 0 or parked.futures:
+        if parked is None or parked.fd < 0:
             return
         loop = parked.loop
-        if loop.is_closed() or not loop.is_running() or _running_loop() is loop:
+        if loop.is_closed():  # nothing will run there: its parked waits go (their futures too)
+            for token in list(parked.futures):
+                parked.forget(token)
+            parked.disarm()
+        elif parked.futures:
+            return
+        elif not loop.is_running() or _running_loop() is loop:
             parked.disarm()
         else:
             try:
@@ -349,7 +364,7 @@ def dispatcher(loop: asyncio.AbstractEventLoop, notifier: Notifier | None) -> Di
     if disp is None:
         # a loop without add_reader is refused at the first wait, whether or not it needs the fd
         _remove_reader(loop, notifier, _add_reader(loop, notifier, _none))
-        disp = table[notifier] = Dispatcher(notifier)
+        disp = table[notifier] = Dispatcher(loop, notifier)
         notifier.adapter_state(_ON_CLOSE, functools.partial(_close_group, notifier)).add(disp)
     _last = (weakref.ref(loop), None if default else weakref.ref(notifier), weakref.ref(disp))
     return disp
