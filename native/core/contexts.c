@@ -198,6 +198,8 @@ void cfd_quiesce_locked(void)
         cfd_ctx *cx = *link;
         retire(cx);
         if (cx->nwaits == 0 && !has_streams(&cx->side)) {
+            if (cx->side.primary == 2) /* held for a first stream that could not be made */
+                cu.cuDevicePrimaryCtxRelease(cx->side.pdev);
             *link = cx->next;
             free(cx->pool);
             free(cx->side.keys);

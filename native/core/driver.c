@@ -32,6 +32,8 @@
 struct cfd_driver cu;
 
 static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
+static __thread bool loading_here; /* this thread holds load_mu for a load */
+static __thread bool fork_locked;  /* cfd_driver_fork_prepare took load_mu on this thread */
 static char chosen_path[1024]; /* set by cudafd_set_driver */
 static char loaded_path[1024]; /* what dlopen got, once loaded */
 static _Atomic int loaded;     /* 1 once every entry point is resolved and cuInit passed */
@@ -211,7 +213,9 @@ CFD_API int cudafd_driver_load(void)
     pthread_mutex_lock(&load_mu);
     int rc = CUDAFD_OK;
     if (!loaded) {
+        loading_here = true;
         rc = load_locked();
+        loading_here = false;
         if (rc == CUDAFD_OK)
             atomic_store_explicit(&loaded, 1, memory_order_release);
     }
@@ -224,10 +228,21 @@ int cfd_driver_ready(void) { return cudafd_driver_load(); }
 /* fork.c holds the load's lock across a fork(), so that a child never
  * inherits it held by a thread that does not exist there: it sees the
  * driver either loaded (and refuses it) or not tried. Nothing takes g.mu
- * and then this lock, so fork.c takes this one first. */
-void cfd_driver_fork_prepare(void) { pthread_mutex_lock(&load_mu); }
+ * and then this lock, so fork.c takes this one first. A fork() made by the
+ * loading thread itself (the driver's cuInit may start a helper program)
+ * leaves it alone: that thread holds it already. */
+void cfd_driver_fork_prepare(void)
+{
+    fork_locked = !loading_here;
+    if (fork_locked)
+        pthread_mutex_lock(&load_mu);
+}
 
-void cfd_driver_fork_done(void) { pthread_mutex_unlock(&load_mu); }
+void cfd_driver_fork_done(void)
+{
+    if (fork_locked)
+        pthread_mutex_unlock(&load_mu);
+}
 
 CFD_API int cudafd_driver_version(int *version)
 {

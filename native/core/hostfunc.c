@@ -232,15 +232,21 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, ui
     r = cu.cuLaunchHostFunc(side, trampoline, (void *)(uintptr_t)tok);
     if (r == CUDA_SUCCESS)
         return CUDAFD_OK;
+    /* A fault reported for the wait already (the watchdog's query, or a sweep
+     * after another wait's fault) is what refused the launch: the watch
+     * stands, its completion queued. Else it fails and leaves nothing. */
     pthread_mutex_lock(&g.mu);
+    bool refused = false;
     if ((w = cfd_wait_lookup(tok)) != NULL) {
+        refused = !w->delivered;
         hf_leave(w);
-        cfd_wait_discard(w);
+        if (refused)
+            cfd_wait_discard(w);
+        else
+            cfd_wait_complete(w, r, false);
     }
     pthread_mutex_unlock(&g.mu);
-    /* gone already: the watchdog reported the fault that refused the launch,
-     * so the watch stands and its completion is queued */
-    return w ? cfd_fail_cuda(r, "cuLaunchHostFunc") : CUDAFD_OK;
+    return refused ? cfd_fail_cuda(r, "cuLaunchHostFunc") : CUDAFD_OK;
 }
 
 /* Launch the host functions put off, in order, while the budget allows

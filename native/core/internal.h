@@ -122,6 +122,7 @@ typedef struct cfd_wait {
     bool launched;       /* hostfunc: its host function is launched (holds a notification, cfd_notify_take) */
     bool side_wait_due;  /* hostfunc, put off: its side stream waits for ev only at the launch */
     bool fired;          /* hostfunc: its host function ran; the watchdog confirms ev before success */
+    bool delivered;      /* its result was pushed to its notifier (a fault sweep may do so early) */
     int8_t side;         /* the side stream it holds (cfd_side_stream, cx->side), or -1 */
     uintptr_t side_key;  /* the key it holds it for */
     cfd_syncpt sp;  /* syncfd: its point (sp.rec held through cfd_syncfd_hold_locked), else sp.rec NULL */

@@ -136,6 +136,7 @@ static void deliver(cfd_wait *w, int64_t status)
     if (status != 0)
         cfd_count(ST_FAULTS, 1);
     cfd_notifier_push(w->n, w->token, status);
+    w->delivered = true;
     cfd_wait_detach(w);
 }
 

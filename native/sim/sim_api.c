@@ -19,7 +19,9 @@
  *    driver calls return CUDA_ERROR_NOT_INITIALIZED until it succeeded. The
  *    check is one atomic load. The cudafdsim_* calls initialise on their own.
  *    A real driver's first cuInit takes a while (it sets up every device);
- *    $CUDAFD_SIM_INIT_MS=N makes the simulator's first take N ms (default 0).
+ *    $CUDAFD_SIM_INIT_MS=N makes the simulator's first take N ms (default 0);
+ *    $CUDAFD_SIM_INIT_FORK=1 makes it fork() a child that exits at once, as a
+ *    real first cuInit may start a helper program (nvidia-modprobe).
  *  - Unknown error codes give CUDA_ERROR_INVALID_VALUE and a NULL string, as
  *    the driver does.
  *  - The only kernel is "cudafd_spin" (uint64_t ns, uint32_t fault): it runs
@@ -29,6 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "sim_internal.h"
 
@@ -84,6 +88,14 @@ static void init_globals(void)
         struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
         while (nanosleep(&ts, &ts) != 0)
             ;
+    }
+    env = getenv("CUDAFD_SIM_INIT_FORK");
+    if (env && strcmp(env, "1") == 0) { /* a helper program run by fork(), as libcuda may */
+        pid_t pid = fork();
+        if (pid == 0)
+            _exit(0);
+        if (pid > 0)
+            waitpid(pid, NULL, 0);
     }
     init_result = n ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
     if (n)

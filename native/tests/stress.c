@@ -11,12 +11,14 @@
  * waits; hostfunc waits past the host-notification budget (launched later
  * by the watchdog: the cancel, close and fault cases hold hundreds); the
  * last notifier closed while other threads watch on it; a fork() child
- * refused and exiting while the parent's wait goes on, and one forked while
- * the driver loads; more spin waits than the poller asks in one round beside
+ * refused and exiting while the parent's wait goes on, one forked while
+ * the driver loads, and one forked by the driver's own first cuInit; more spin waits than the poller asks in one round beside
  * a wait of another notifier; side streams kept
- * past the last notifier and released on request; a hostfunc watch made
+ * past the last notifier and released on request, and a primary context's
+ * reference given back when its pool's first stream could not be made; a hostfunc watch made
  * while the watchdog's launch of an earlier one blocks (still in order), and
- * a fault reported while a watch's own launch blocks (the watch stands);
+ * a fault reported, or swept from another wait, while a watch's own launch
+ * blocks (the watch stands);
  * the smallest and a large
  * max_lateness; bad input; every live count back to zero at the end. With
  * $CUDAFD_SYNCFD_FAKE set, the syncfd mechanism too (stress_syncfd.c).
@@ -62,6 +64,8 @@ static CUresult (*sim_event_create)(CUevent *, unsigned);
 static CUresult (*sim_event_record)(CUevent, CUstream);
 static CUresult (*sim_event_destroy)(CUevent);
 static int (*sim_stats)(int64_t *, int);
+static CUresult (*sim_primary_retain)(CUcontext *, CUdevice);
+static CUresult (*sim_primary_release)(CUdevice);
 
 static void load_sim(void)
 {
@@ -76,6 +80,8 @@ static void load_sim(void)
     SYM(sim_ctx_destroy, "cudafdsim_ctx_destroy");
     SYM(sim_launch, "cudafdsim_launch");
     SYM(sim_stats, "cudafdsim_stats");
+    SYM(sim_primary_retain, "cuDevicePrimaryCtxRetain");
+    SYM(sim_primary_release, "cuDevicePrimaryCtxRelease");
     SYM(sim_fail_next_signal, "cudafdsim_fail_next_signal");
     SYM(sim_delay_next_host_launch, "cudafdsim_delay_next_host_launch");
     SYM(sim_push, "cuCtxPushCurrent");
@@ -678,6 +684,20 @@ static void test_fork_during_load(void)
           got == 4 ? "the child hung" : got == 5 ? "the child was refused unclearly, or the load failed" : "failed", got);
 }
 
+/* The driver's first cuInit fork()s a helper (CUDAFD_SIM_INIT_FORK): the
+ * load, on the thread that forks, is not held up by the core's fork
+ * handler. Run in a process of its own, before this one loads the driver. */
+static void test_fork_inside_load(void)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("CUDAFD_SIM_INIT_FORK", "1", 1);
+        _exit(cudafd_driver_load() == CUDAFD_OK ? 0 : 3);
+    }
+    int got = exit_status(pid, 20.0);
+    CHECK(got == 0, "a fork() inside the driver's first cuInit: %s (%d)", got < 0 ? "the load hung" : "failed", got);
+}
+
 /* One-shot hostfunc notifiers, one after another: the first makes the
  * context's side streams, which outlive it; the later ones make none
  * (contexts.c). A kept pool whose context was destroyed is dropped at its
@@ -788,6 +808,69 @@ static void test_hostfunc_fault_during_launch(void)
     sim_ctx_destroy(ctx);
 }
 
+/* hostfunc: another wait's fault is swept to a watch whose own launch
+ * blocks, and the launch then comes back refused: the watch stands (its
+ * completion, the fault, was delivered). The watchdog's period is long
+ * here, so that only the sweep reports the watch's fault. */
+static void test_hostfunc_swept_during_launch(void)
+{
+    CUcontext ctx = NULL;
+    sim_ctx_create(0, &ctx);
+    CHECK(cudafd_set_option(CUDAFD_OPT_WATCHDOG_NS, 2000000000LL) == CUDAFD_OK, "watchdog period");
+    cudafd_notifier *n = NULL;
+    cudafd_notifier_create(CUDAFD_MECH_HOSTFUNC, &n);
+    CUstream s1 = new_stream(ctx), s2 = new_stream(ctx);
+    uint64_t ta = 0, tw = 0;
+    sim_launch(s1, 20 * 1000 * 1000, CUDA_ERROR_ILLEGAL_ADDRESS);
+    int ra = cudafd_watch_stream(n, (uintptr_t)s1, &ta);
+    sim_delay_next_host_launch(300 * 1000 * 1000); /* past the fault of s1's kernel */
+    int rw = cudafd_watch_stream(n, (uintptr_t)s2, &tw);
+    cudafd_completion c[3];
+    int have = collect(n, c, 3, 1.5), for_w = 0;
+    for (int i = 0; i < have; i++)
+        for_w += c[i].token == tw && c[i].status == CUDA_ERROR_ILLEGAL_ADDRESS;
+    CHECK(ra == CUDAFD_OK && rw == CUDAFD_OK && have == 2 && for_w == 1,
+          "watches %d and %d, %d completions, %d the second watch's fault", ra, rw, have, for_w);
+    cudafd_notifier_destroy(n);
+    CHECK(cudafd_set_option(CUDAFD_OPT_WATCHDOG_NS, 10 * 1000 * 1000) == CUDAFD_OK, "watchdog period back");
+    sim_stream_destroy(s1);
+    sim_stream_destroy(s2);
+    sim_ctx_destroy(ctx);
+}
+
+/* A side-stream pool in a primary context holds that context while it makes
+ * its first stream; when the stream cannot be made (the context faulted),
+ * the reference goes with the pool's record: the caller's own release then
+ * destroys the context. */
+static void test_primary_released_after_a_failed_first_stream(void)
+{
+    int64_t before[CUDAFDSIM_STAT_COUNT], after[CUDAFDSIM_STAT_COUNT];
+    sim_stats(before, CUDAFDSIM_STAT_COUNT);
+    CUcontext p = NULL, ignored;
+    sim_primary_retain(&p, 0);
+    sim_push(p);
+    CUstream s = NULL;
+    sim_stream_create(&s, CU_STREAM_NON_BLOCKING);
+    CUevent e = NULL;
+    sim_event_create(&e, 0);
+    sim_launch(s, 1000 * 1000, CUDA_ERROR_ILLEGAL_ADDRESS);
+    sim_event_record(e, s);
+    usleep(100 * 1000); /* faulted */
+    cudafd_notifier *n = NULL;
+    cudafd_notifier_create(CUDAFD_MECH_EVENT, &n);
+    uint64_t t;
+    CHECK(cudafd_watch_event(n, (uintptr_t)e, &t) == CUDAFD_E_CUDA, "a watch in a faulted primary context");
+    cudafd_notifier_destroy(n);
+    cudafd_release_idle();
+    sim_event_destroy(e);
+    sim_stream_destroy(s);
+    sim_pop(&ignored);
+    sim_primary_release(0);
+    sim_stats(after, CUDAFDSIM_STAT_COUNT);
+    CHECK(after[0] == before[0], "simulated contexts %lld before, %lld after (a primary reference kept)",
+          (long long)before[0], (long long)after[0]);
+}
+
 static void check_counts_zero(void)
 {
     int64_t st[CUDAFD_STAT_COUNT];
@@ -815,6 +898,7 @@ int main(void)
      * on to the next case in contexts a and b after each fault. */
     setenv("CUDAFD_SIM_FAULT_SCOPE", "context", 1);
     test_fork_during_load(); /* first: the driver is not loaded in this process yet */
+    test_fork_inside_load();
     load_sim();
     int rc = cudafd_driver_load();
     if (rc != CUDAFD_OK) {
@@ -847,6 +931,8 @@ int main(void)
     test_side_streams_kept();
     test_hostfunc_launch_order(a);
     test_hostfunc_fault_during_launch();
+    test_hostfunc_swept_during_launch();
+    test_primary_released_after_a_failed_first_stream();
     /* the poller at its most eager (every wait asked about every microsecond)
      * and at a lazy budget (faults still surface, nothing stalls) */
     const int64_t budgets[] = {CUDAFD_MAX_LATENESS_MIN_NS, 20 * 1000 * 1000};
