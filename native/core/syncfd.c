@@ -635,6 +635,12 @@ static void record_drop(cfd_syncrec *rec)
     pthread_mutex_unlock(&sf.mu);
 }
 
+static bool stream_usable(CUstream stream)
+{
+    CUresult q = cu.cuStreamQuery(stream);
+    return q == CUDA_SUCCESS || q == CUDA_ERROR_NOT_READY;
+}
+
 int cfd_syncfd_signal(CUcontext ctx, CUstream stream, uint64_t thread, cfd_syncpt *sp)
 {
     for (int attempt = 0;; attempt++) {
@@ -655,7 +661,8 @@ int cfd_syncfd_signal(CUcontext ctx, CUstream stream, uint64_t thread, cfd_syncp
         pthread_mutex_unlock(&rec->mu);
         int r = cudafd_last_cuda_error();
         bool stale = rc == CUDAFD_E_CUDA && step == STEP_signal && attempt == 0 &&
-                     (r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_CONTEXT_IS_DESTROYED);
+                     (r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_CONTEXT_IS_DESTROYED) &&
+                     stream_usable(stream); /* else the caller's stream is what the driver refused */
         if (!stale) {
             record_put(rec);
             return rc;
