@@ -146,6 +146,7 @@ typedef struct cfd_lane {
     int64_t since;     /* when the current head became head */
     int64_t next_poll; /* when the poller asks it next */
     int64_t step;      /* the interval that planned next_poll (0: ask at once) */
+    int64_t budget;    /* the smallest max_lateness of the waits it held since it was last empty */
 } cfd_lane;
 
 /* The lane kind of a spin notifier's waits while its caller asks about them
@@ -206,6 +207,7 @@ static inline bool cfd_inherited(const struct cudafd_notifier *n);
 
 /* ---- the poller (waiters.c) and the hostfunc watchdog (hostfunc.c) ---- */
 int cfd_lane_activate(cfd_lane *l); /* a lane that just got its first wait: the poller's now; g.mu held */
+void cfd_lane_joined(cfd_lane *l, int64_t budget); /* a wait with this budget joined a lane with waits; g.mu held */
 void cfd_wake_poller(void);         /* at once, if it sleeps; g.mu held */
 /* How long after a query that found it running a wait of this age is asked
  * again, given its budget (max_lateness, ns): waiters.c says why. */

@@ -10,6 +10,7 @@
  * quiet, and a drain never reports a completion twice. Pushes are queue.c's.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -134,8 +135,16 @@ CFD_API int cudafd_notifier_close(cudafd_notifier *n)
     if (!n)
         return cfd_fail(CUDAFD_E_INVALID, "notifier is NULL");
     if (cfd_inherited(n)) { /* no lock of its own (a parent's thread may have held it), no driver */
-        if (!__atomic_exchange_n(&n->closed, true, __ATOMIC_ACQ_REL))
-            cfd_notifier_signal(n);
+        if (!__atomic_exchange_n(&n->closed, true, __ATOMIC_ACQ_REL)) {
+            /* The eventfd is the parent's too (fork() shares it): writing it would
+             * leave the parent's fd readable with nothing queued. This fd number
+             * gets a readable eventfd of the child's own instead. */
+            int own = eventfd(1, EFD_NONBLOCK | EFD_CLOEXEC);
+            if (own >= 0) {
+                dup3(own, n->fd, O_CLOEXEC);
+                close(own);
+            }
+        }
         return CUDAFD_OK;
     }
     pthread_mutex_lock(&g.mu);

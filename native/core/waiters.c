@@ -151,11 +151,6 @@ int64_t cfd_poll_interval(int64_t age, int64_t budget)
     return iv < budget ? iv : budget;
 }
 
-static int64_t lane_budget(const cfd_lane *l)
-{
-    return l->head->budget;
-}
-
 /* Set the sleeping poller's timer to fire at `at` (CLOCK_MONOTONIC ns; a
  * time past fires at once, INT64_MAX never). g.mu held, poller running. */
 static void arm_poller(int64_t at)
@@ -217,29 +212,46 @@ static void close_poller_timer(void)
     cfd_count(ST_EVENTFDS, -1);
 }
 
-/* When the lane is asked next, its head having become head at l->since. */
-static void plan(cfd_lane *l, int64_t now)
+/* How long from now the lane is asked next, its head having become head at l->since. */
+static int64_t next_step(const cfd_lane *l, int64_t now)
 {
-    if (l->mech == CUDAFD_MECH_SPIN) {
-        l->next_poll = now;
-        l->step = 0;
-        return;
-    }
-    if (l->mech == CFD_LANE_ASKED) {
-        l->step = ASKED_BACKSTOP_NS > lane_budget(l) ? ASKED_BACKSTOP_NS : lane_budget(l);
-        l->next_poll = now + l->step;
-        return;
-    }
+    if (l->mech == CUDAFD_MECH_SPIN)
+        return 0;
+    if (l->mech == CFD_LANE_ASKED)
+        return ASKED_BACKSTOP_NS > l->budget ? ASKED_BACKSTOP_NS : l->budget;
     if (l->mech == CUDAFD_MECH_SYNCFD && !(l->head->sp.rec && cfd_syncfd_known_passed_locked(l->head->sp.rec, l->head->sp.thr))) {
         /* the backstop: host1x wakes the poller otherwise (once its syncpoint
          * passed, a head waits only for its event: the usual schedule) */
         int64_t backstop = cfd_syncfd_backstop_ns();
-        l->step = backstop > lane_budget(l) ? backstop : lane_budget(l);
-        l->next_poll = now + l->step;
-        return;
+        return backstop > l->budget ? backstop : l->budget;
     }
-    l->step = cfd_poll_interval(now - l->since, lane_budget(l));
+    return cfd_poll_interval(now - l->since, l->budget);
+}
+
+static void plan(cfd_lane *l, int64_t now)
+{
+    l->step = next_step(l, now);
     l->next_poll = now + l->step;
+}
+
+/* A wait joined a lane that has waits: a budget smaller than the lane's so
+ * far (another notifier's, or one lowered since) brings its next ask
+ * forward, so that every wait is found within its own max_lateness. */
+void cfd_lane_joined(cfd_lane *l, int64_t budget)
+{
+    if (budget >= l->budget)
+        return;
+    l->budget = budget;
+    if (!l->active)
+        return;
+    int64_t now = cfd_now_ns();
+    int64_t step = next_step(l, now);
+    if (now + step < l->next_poll) {
+        l->step = step;
+        l->next_poll = now + step;
+        if (g.poller_sleeping && l->next_poll < g.poller_wake_at)
+            arm_poller(l->next_poll);
+    }
 }
 
 int cfd_lane_activate(cfd_lane *l)

@@ -60,6 +60,10 @@ static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t t
         else
             l->head = w;
         l->tail = w;
+        if (was_empty)
+            l->budget = w->budget;
+        else
+            cfd_lane_joined(l, w->budget);
         if (was_empty && !l->active && (rc = cfd_lane_activate(l)) != CUDAFD_OK) {
             l->head = l->tail = NULL;
             cfd_wait_discard(w);

@@ -12,7 +12,9 @@
  * by the watchdog: the cancel, close and fault cases hold hundreds); the
  * last notifier closed while other threads watch on it; a fork() child
  * refused and exiting while the parent's wait goes on, one forked while
- * the driver loads, and one forked by the driver's own first cuInit; more spin waits than the poller asks in one round beside
+ * the driver loads, one forked by the driver's own first cuInit, and one
+ * closing what it inherited (the parent's fd stays quiet); waits of two
+ * notifiers on one stream, each found within its own max_lateness; more spin waits than the poller asks in one round beside
  * a wait of another notifier; side streams kept
  * past the last notifier and released on request, and a primary context's
  * reference given back when its pool's first stream could not be made; a hostfunc watch made
@@ -684,6 +686,52 @@ static void test_fork_during_load(void)
           got == 4 ? "the child hung" : got == 5 ? "the child was refused unclearly, or the load failed" : "failed", got);
 }
 
+/* A child closes and destroys a notifier it inherited (as a Python child's
+ * finaliser does): the parent's fd, the same kernel object, does not turn
+ * readable with nothing queued. */
+static void test_fork_child_closes(void)
+{
+    cudafd_notifier *n = NULL;
+    cudafd_notifier_create(CUDAFD_MECH_EVENT, &n);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int bad = cudafd_notifier_close(n) != CUDAFD_OK;
+        cudafd_notifier_destroy(n);
+        _exit(bad ? 3 : 0);
+    }
+    int got = exit_status(pid, 20.0);
+    struct pollfd p = {.fd = cudafd_notifier_fd(n), .events = POLLIN};
+    CHECK(got == 0 && poll(&p, 1, 0) == 0, "the parent's fd after its child closed the notifier: child %d, %s", got,
+          p.revents ? "readable with nothing queued" : "quiet");
+    cudafd_notifier_destroy(n);
+}
+
+/* Two notifiers' waits on one stream: the later one, of a notifier with a
+ * far smaller max_lateness, is found within its own, though the lane's first
+ * wait allows 10 s. */
+static void test_budgets_on_one_stream(CUcontext ctx)
+{
+    CUstream s = new_stream(ctx);
+    cudafd_notifier *lazy = NULL, *eager = NULL;
+    cudafd_notifier_create(CUDAFD_MECH_EVENT, &lazy);
+    cudafd_notifier_create(CUDAFD_MECH_EVENT, &eager);
+    cudafd_notifier_set_max_lateness(lazy, CUDAFD_MAX_LATENESS_MAX_NS);
+    cudafd_notifier_set_max_lateness(eager, 1000 * 1000);
+    sim_launch(s, 2 * 1000 * 1000, 0);
+    uint64_t t1, t2;
+    cudafd_watch_stream(lazy, (uintptr_t)s, &t1);
+    cudafd_watch_stream(eager, (uintptr_t)s, &t2);
+    double t0 = now_s();
+    cudafd_completion c;
+    int got = collect(eager, &c, 1, 20.0);
+    double took = now_s() - t0;
+    /* 1 s: far past 1 ms (a loaded machine), far short of the lane's first 2.5 s ask */
+    CHECK(got == 1 && c.token == t2 && took < 1.0, "the eager notifier's wait: %d after %.3f s", got, took);
+    cudafd_notifier_destroy(lazy);
+    cudafd_notifier_destroy(eager);
+    sim_stream_destroy(s);
+}
+
 /* The driver's first cuInit fork()s a helper (CUDAFD_SIM_INIT_FORK): the
  * load, on the thread that forks, is not held up by the core's fork
  * handler. Run in a process of its own, before this one loads the driver. */
@@ -932,6 +980,8 @@ int main(void)
     test_hostfunc_launch_order(a);
     test_hostfunc_fault_during_launch();
     test_hostfunc_swept_during_launch();
+    test_fork_child_closes();
+    test_budgets_on_one_stream(a);
     test_primary_released_after_a_failed_first_stream();
     /* the poller at its most eager (every wait asked about every microsecond)
      * and at a lazy budget (faults still surface, nothing stalls) */
