@@ -20,6 +20,17 @@ def test_not_a_stream_or_event(target, loop_flavor):
         cudafd.fence(target)
 
 
+@pytest.mark.parametrize("handle", [1.5, 3.0, "5", b"7", 2j])
+def test_a_cuda_stream_protocol_handle_that_is_not_an_integer(handle):
+    """int() would read 1.5 as the legacy default stream and "5" as stream 5: refused."""
+    class Stream:
+        def __cuda_stream__(self):
+            return (0, handle)
+
+    with pytest.raises(TypeError, match="integer handle"):
+        cudafd.fence(Stream())
+
+
 def test_negative_handle():
     with pytest.raises(ValueError):
         cudafd.fence(-5)

@@ -183,3 +183,18 @@ def test_a_cancelled_wait_is_never_reported_though_the_other_side_took_it(dev, m
     assert n.drain() == [] and n.pending == 0
     n.close()
     assert n.statistics()["fd_open"] == 0
+
+
+def test_cancel_of_a_negative_number_does_nothing_even_reentered(dev):
+    """No token is negative: cancel(-1) and cancel(-2) return False, also when called
+    back from inside the Notifier's own locked section (a finalizer), where the call
+    is put off and must not be taken for the Notifier's own deferred work."""
+    n = cudafd.Notifier()
+    n.adapter_hold_fd()
+    with n._lock:  # as a finalizer run by a collection inside a Notifier call is
+        assert n.cancel(-1) is False and n.cancel(-2) is False
+    assert n.drain() == []  # the next call runs what was put off
+    assert (n.closed, n.statistics()["fd_holds"]) == (False, 1)
+    n.adapter_release_fd()
+    n.close()
+    assert n.statistics()["fd_open"] == 0

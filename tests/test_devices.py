@@ -14,8 +14,10 @@ import ctypes
 import json
 import os
 import random
+import select
 import subprocess
 import sys
+import time
 import types
 
 import pytest
@@ -335,3 +337,38 @@ def test_cupy_streams_events_and_arrays_of_device_1():
 
     d = asyncio.run(main())
     assert bool(cp.isfinite(d).all())
+
+
+@two
+@pytest.mark.parametrize("mech", MECHANISMS)
+def test_a_fence_of_device_1s_default_stream_waits_for_device_1(mech):
+    """A Fence of device 1's default stream (handle 0, named by a framework's stream
+    object) made with device 0's context current: it is not done while device 1's
+    kernel runs, whatever the mechanism (syncfd's sync_file included)."""
+    drv = _driver.get()
+    drv.init()
+    ctxs = []
+    for ordinal in (0, 1):
+        c = ctypes.c_void_p()
+        _driver.check(drv.cuDevicePrimaryCtxRetain(ctypes.byref(c), ordinal))
+        ctxs.append(c.value)
+    try:
+        with drv.current(ctxs[0]):
+            with drv.pushed(ctxs[1]):
+                _kernels.launch_spin(0, 1.0)
+            with cudafd.fence(_TorchStream(), mech) as f:
+                time.sleep(0.2)
+                readable = select.select([f.fileno()], [], [], 0.1)[0]
+                done = f.done()
+                with drv.pushed(ctxs[1]):
+                    still_running = drv.cuStreamQuery(0) != 0
+                assert still_running and not readable and not done, (still_running, readable, done)
+                assert f.wait(timeout=30)
+    finally:
+        for c in ctxs:
+            with drv.pushed(c):
+                drv.cuCtxSynchronize()
+        release_idle()
+        for ordinal, c in enumerate(ctxs):
+            _kernels.forget(c)
+            drv.cuDevicePrimaryCtxRelease(ordinal)

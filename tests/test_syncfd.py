@@ -165,6 +165,7 @@ def test_a_fault_raises_through_the_backstop_and_the_fd_turns_readable(dev):
                 x.wait(30)
             assert e.value.name == "CUDA_ERROR_ILLEGAL_ADDRESS"
             assert _readable(x.fileno(), 0)
+            assert not os.get_inheritable(x.fileno())  # still close-on-exec once pointed elsewhere
 
 
 def test_sync_file_from_another_mechanism_is_refused(dev):

@@ -416,6 +416,8 @@ class Notifier:
         """
         if isinstance(token, bool) or not isinstance(token, int):
             raise TypeError(f"a wait token is an int from watch(), not {type(token).__qualname__}")
+        if token < 0:  # (never a token: watch() gives none below zero)
+            return False
         if self._lock._is_owned():  # type: ignore[attr-defined]  # (see __init__)
             self._later.append(token)
             return False

@@ -70,21 +70,18 @@ def probe() -> Probe:
 def native_watch_fence(
     lib: ctypes.CDLL, ptr: object, token_ref: object, handle: int, is_event: bool, ctx: int | None
 ) -> tuple[int, int]:
-    """cudafd_watch_stream_fence / cudafd_watch_event_fence (NativeBackend.watch_fence);
-    an event is watched in ``ctx`` if given, else in the current context."""
+    """cudafd_watch_stream_fence / cudafd_watch_event_fence (NativeBackend.watch_fence),
+    in ``ctx`` if given (the target's context), else in the current one."""
     fd = c_int(-1)
-    if not is_event:
-        rc = lib.cudafd_watch_stream_fence(ptr, handle, token_ref, byref(fd))
-        where = "watching the stream"
-    elif ctx:
+    watch = lib.cudafd_watch_event_fence if is_event else lib.cudafd_watch_stream_fence
+    where = "watching the event" if is_event else "watching the stream"
+    if ctx:  # (a stream's too: handle 0 names the default stream of the current context)
         from . import driver as _driver
 
         with _driver.get().current(ctx):
-            rc = lib.cudafd_watch_event_fence(ptr, handle, token_ref, byref(fd))
-        where = "watching the event"
+            rc = watch(ptr, handle, token_ref, byref(fd))
     else:
-        rc = lib.cudafd_watch_event_fence(ptr, handle, token_ref, byref(fd))
-        where = "watching the event"
+        rc = watch(ptr, handle, token_ref, byref(fd))
     if rc:
         _lib.raise_for(lib, rc, where)
     return token_ref.contents.value, fd.value  # type: ignore[attr-defined]
@@ -122,7 +119,7 @@ def make_readable(fence: Any) -> None:
             return
         ready = os.eventfd(1, os.EFD_CLOEXEC)
         try:
-            os.dup2(ready, fd)
+            os.dup2(ready, fd, inheritable=False)
         finally:
             os.close(ready)
         fence._sync_fd_readable = True

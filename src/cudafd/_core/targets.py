@@ -90,8 +90,8 @@ class Target:
 
 def handle_int(h: object, what: str = "handle") -> int:
     """A handle as a nonnegative int: ints, ctypes c_void_p (``.value``), cuda.bindings objects (``int()``)."""
-    if isinstance(h, bool):
-        raise TypeError(f"{what} must be an integer handle, not bool")
+    if isinstance(h, (bool, float, complex, str, bytes, bytearray)):  # int() would take them, wrongly
+        raise TypeError(f"{what} must be an integer handle, not {type(h).__qualname__}")
     if isinstance(h, int):
         value = int(h)
     elif h is None:
