@@ -18,6 +18,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 import warnings
 
@@ -55,6 +56,16 @@ def child_after(mechanism: str, stream, notifier: cudafd.Notifier, pending: cuda
     ok &= _expect_refusal("inherited watch", lambda: notifier.watch(stream), seen)
     ok &= _expect_refusal("inherited drain", lambda: (notifier.poll(), notifier.drain()), seen)
     ok &= _expect_refusal("inherited fence", lambda: pending.wait(10), seen)
+    crashed: list[str] = []
+    threading.excepthook = lambda a: crashed.append(f"{a.thread.name}: {a.exc_type.__name__}")
+    try:
+        notifier.fileno()  # inherited with a wait pending: nothing starts asking (poll: no helper)
+    except cudafd.CudafdError:
+        pass
+    time.sleep(0.2)
+    if crashed:
+        seen.append(f"a thread died: {crashed}")
+        ok = False
     notifier.close()  # closing what it inherited is allowed
     os.write(w, json.dumps(seen).encode())
     return 0 if ok else 3

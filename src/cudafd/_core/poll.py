@@ -263,22 +263,24 @@ class PollBackend:
         return bool(self._lanes or self._events or self._retiring)
 
     def _start_helper(self) -> None:  # owner's lock held
-        if self._owner is None or self._closed or not self._has_work():
-            return
+        if self._owner is None or self._closed or not self._has_work() or self._inherited():
+            return  # (inherited by a fork() child: nothing it may ask; its calls say so)
         helper = self._helper
         if helper is not None and helper.is_alive():  # (not alive: left behind by fork())
             return
         owner = self._owner()
         if owner is None:
             return
-        helper = threading.Thread(target=self._helper_main, args=(owner,), name="cudafd-poll", daemon=True)
+        # the timer's fd is read here, under the owner's lock: the backend is alive
+        helper = threading.Thread(target=self._helper_main, args=(owner, self.timer_fd()), name="cudafd-poll",
+                                  daemon=True)
         self._helper = helper
         helper.start()
 
-    def _helper_main(self, owner: object) -> None:
+    def _helper_main(self, owner: object, timer_fd: int) -> None:
         me = threading.current_thread()
         timer = select.poll()
-        timer.register(self.timer_fd(), select.POLLIN)
+        timer.register(timer_fd, select.POLLIN)
         while True:
             with owner._lock:  # type: ignore[attr-defined]  # (looked up each time: a fork() child gets a new one)
                 if self._helper is not me:
