@@ -1,12 +1,12 @@
 """Two builds of cudafd side by side: the lateness of the default wait, in paired rounds.
 
-    python bench/paired_lateness.py --before DIR [--rounds 4] [--loop asyncio]
+    python bench/paired_lateness.py --before DIR [--rounds 4] [--loop asyncio] [--streams 16]
 
 DIR holds another build of the package (``pip install --target DIR``); the
 one on the path is "after". Each round runs, in a fresh process per build,
 alternating which goes first, a short lateness run (``cudafd._bench.lateness``)
 of the default wait and ``sleep(0)`` polling: one stream of 1 ms and of
-random 50-3000 us kernels, and 16 streams of random kernels. Prints one JSON
+random 50-3000 us kernels, and N streams (``--streams``, default 16) of random kernels. Prints one JSON
 line per process, then per workload the median over rounds of after minus
 before (p50 lateness, us; CPU cores), each beside the spread of the same
 figure for ``sleep(0)`` between the two processes of a round, which changed
@@ -28,7 +28,7 @@ from cudafd._bench import lateness
 from cudafd._bench.child import Progress
 p = {"loop": sys.argv[1], "methods": ["cudafd_default", "sleep0", "spin_floor"],
      "one_stream": [["1ms", 1e-3, 120], ["random", None, 120]], "random_s": [50e-6, 3000e-6],
-     "rounds": 3, "streams": [16], "window_s": 0.4, "multi_rounds": 1, "history": None,
+     "rounds": 3, "streams": [int(sys.argv[3])], "window_s": 0.4, "multi_rounds": 1, "history": None,
      "warmup": 3, "torch": True, "soft_s": 60, "hard_s": 90}
 out = lateness.run(p, Progress("paired", sys.argv[2], 90))
 rows = {}
@@ -40,12 +40,12 @@ print(json.dumps({"errors": out["errors"], "rows": rows}))
 """
 
 
-def _one(which: str, before: str, loop: str) -> dict:
+def _one(which: str, before: str, loop: str, streams: int) -> dict:
     env = dict(os.environ)
     if which == "before":
         env["PYTHONPATH"] = before + os.pathsep + env.get("PYTHONPATH", "")
     with tempfile.TemporaryDirectory() as tmp:
-        p = subprocess.run([sys.executable, "-c", CHILD, loop, os.path.join(tmp, "r.json")], env=env,
+        p = subprocess.run([sys.executable, "-c", CHILD, loop, os.path.join(tmp, "r.json"), str(streams)], env=env,
                            capture_output=True, text=True, timeout=150, cwd=tmp)
     lines = p.stdout.strip().splitlines()
     if p.returncode != 0 or not lines:
@@ -58,11 +58,12 @@ def main() -> None:
     ap.add_argument("--before", required=True)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--loop", default="asyncio")
+    ap.add_argument("--streams", type=int, default=16)
     a = ap.parse_args()
     pairs = []
     for r in range(a.rounds):
         order = ("before", "after") if r % 2 == 0 else ("after", "before")
-        got = {w: _one(w, a.before, a.loop) for w in order}
+        got = {w: _one(w, a.before, a.loop, a.streams) for w in order}
         for w in order:
             print(json.dumps({"round": r, **got[w]}), flush=True)
         pairs.append(got)
@@ -70,7 +71,7 @@ def main() -> None:
     if not ok:
         print("no round completed in both builds")
         return
-    for wl in ("1x1ms", "1xrandom", "16x_random"):
+    for wl in ("1x1ms", "1xrandom", f"{a.streams}x_random"):
         for q in ("p50", "cores"):
             diff, noise = [], []
             for g in ok:
