@@ -1,6 +1,9 @@
 """Side streams in a device's primary context hold a reference to it, so a
 caller that releases the primary context while cudafd keeps side streams
-there does not destroy them under it (a dead handle can crash a real driver)."""
+there does not destroy them under it (a dead handle can crash a real driver).
+And a primary context retained again after its last release destroyed it has
+the old one's handle: a Notifier open across that never gives the driver an
+event of the old context."""
 from __future__ import annotations
 
 import ctypes
@@ -8,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from support import REAL, child_env, release_idle
+from support import MECHANISMS, REAL, child_env, first_watch, release_idle, wait_for_zero_counts
 
 import cudafd
 from cudafd._core import driver as _driver
@@ -67,3 +70,55 @@ def test_a_context_that_is_not_primary_takes_no_reference():
         assert not _active(drv), "watching in a context of the caller's made the primary context"
         s.close()
         assert release_idle() >= 1
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_a_notifier_open_across_a_new_primary_context(mechanism):
+    if not REAL:
+        _across_a_new_primary_context(ORDINAL, mechanism)
+        return
+    code = f"import test_primary_context as t; t._across_a_new_primary_context(0, {mechanism!r}); print('ok')"
+    r = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "ok" in r.stdout, f"rc {r.returncode}: " + r.stdout[-2000:] + r.stderr[-2000:]
+
+
+def _stream(drv, ctx: int) -> int:
+    s = ctypes.c_void_p()
+    with _driver.pushed(ctx):
+        _driver.check(drv.cuStreamCreate(ctypes.byref(s), 1))
+    return s.value
+
+
+def _across_a_new_primary_context(ordinal: int, mechanism: str) -> None:
+    drv = _driver.get()
+    drv.init()
+    release_idle()
+    assert not _active(drv, ordinal), "the device's primary context was in use already"
+    dead_before = drv.sim.stats()["dead_handle_calls"] if drv.sim else 0
+    old, new = ctypes.c_void_p(), ctypes.c_void_p()
+    _driver.check(drv.cuDevicePrimaryCtxRetain(ctypes.byref(old), ordinal))
+    old_id = drv.ctx_id(old.value)
+    try:
+        s = _stream(drv, old.value)
+        with cudafd.Notifier(mechanism) as n:
+            first_watch(n, s)  # an event pooled (or side streams made) in the old context
+            with _driver.pushed(old.value):
+                _driver.check(drv.cuStreamDestroy(s))
+            _driver.check(drv.cuDevicePrimaryCtxRelease(ordinal))
+            held = _active(drv, ordinal)  # hostfunc's side streams hold a reference: still the old context
+            _driver.check(drv.cuDevicePrimaryCtxRetain(ctypes.byref(new), ordinal))
+            if not held:
+                assert drv.ctx_id(new.value) != old_id or not old_id
+            s = _stream(drv, new.value)
+            for _ in range(3):
+                first_watch(n, s)
+            with _driver.pushed(new.value):
+                _driver.check(drv.cuStreamDestroy(s))
+    finally:
+        while _active(drv, ordinal) and drv.cuDevicePrimaryCtxRelease(ordinal) == 0 and release_idle() >= 0:
+            pass
+    if drv.sim:
+        assert new.value == old.value, "the simulator gives a primary context retained again the old handle"
+        assert drv.sim.stats()["dead_handle_calls"] == dead_before, "an event of the destroyed context reached the driver"
+    left = wait_for_zero_counts()
+    assert not any(left.values()), left

@@ -25,6 +25,17 @@
  * other choice, a fence that makes only the one side stream it needs, still
  * creates a stream per fence, and so stalls every 128th.
  *
+ * A context's record is found by the context's handle and its driver id
+ * (cuCtxGetId): a device's primary context retained again after its last
+ * release destroyed it has the old one's handle (an H100 and an H200,
+ * bench/ctx_reuse.py), as may a context the caller makes after destroying
+ * one. A record whose handle now has another id is gone: its events and side
+ * streams died with their context, so they are forgotten, never given to the
+ * driver again, and a new record serves the new context. The primary-context
+ * reference a gone record held is forgotten too: only a reset destroys a
+ * context so held, and whether a reset keeps the reference count is not
+ * known here, so releasing it could take the new context from its holder.
+ *
  * A stream of a destroyed context is a dead handle, and a real driver may
  * crash on one. So a pool in a device's primary context (what PyTorch, CuPy
  * and numba use) holds a reference to that context while it has streams
@@ -53,15 +64,45 @@
 
 #include "internal.h"
 
-cfd_ctx *cfd_ctx_get(CUcontext ctx)
+uint64_t cfd_ctx_id(CUcontext ctx)
 {
-    for (cfd_ctx *cx = g.contexts; cx; cx = cx->next)
-        if (cx->ctx == ctx)
+    unsigned long long id = 0;
+    if (!cu.cuCtxGetId || cu.cuCtxGetId(ctx, &id) != CUDA_SUCCESS)
+        return 0;
+    return id;
+}
+
+/* Its context was destroyed: what it kept there died with it (file comment). */
+static void forget_gone(cfd_ctx *cx)
+{
+    cx->gone = true;
+    cfd_count(ST_EVENTS, -cx->npool);
+    cx->npool = 0;
+    for (int i = 0; i < CFD_SIDE_MAX; i++) {
+        if (cx->side.stream[i]) {
+            cx->side.stream[i] = NULL;
+            cfd_count(ST_STREAMS, -1);
+        }
+    }
+    cx->side.filled = cx->side.kept = false;
+    if (cx->side.primary == 2)
+        cx->side.primary = 3;
+}
+
+cfd_ctx *cfd_ctx_get(CUcontext ctx, uint64_t id)
+{
+    for (cfd_ctx *cx = g.contexts; cx; cx = cx->next) {
+        if (cx->ctx != ctx || cx->gone)
+            continue;
+        if (cx->id == id)
             return cx;
+        forget_gone(cx);
+    }
     cfd_ctx *cx = calloc(1, sizeof *cx);
     if (!cx)
         return NULL;
     cx->ctx = ctx;
+    cx->id = id;
     cx->next = g.contexts;
     g.contexts = cx;
     cfd_count(ST_CONTEXTS, 1);
@@ -83,8 +124,20 @@ static void park_for_destruction(CUevent ev)
     g.graveyard[g.ngrave++] = ev;
 }
 
+void cfd_ctx_drop_event(cfd_ctx *cx, CUevent ev)
+{
+    if (cx->gone)
+        cfd_count(ST_EVENTS, -1);
+    else
+        cfd_event_destroy(ev);
+}
+
 void cfd_ctx_give_event(cfd_ctx *cx, CUevent ev)
 {
+    if (cx->gone) {
+        cfd_count(ST_EVENTS, -1);
+        return;
+    }
     if (cx->npool == cx->cappool) {
         int cap = cx->cappool ? 2 * cx->cappool : 8;
         CUevent *grown = realloc(cx->pool, (size_t)cap * sizeof *grown);

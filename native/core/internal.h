@@ -76,6 +76,8 @@ typedef struct cfd_side_pool {
 } cfd_side_pool;
 typedef struct cfd_ctx {
     CUcontext ctx;
+    uint64_t id;   /* cuCtxGetId (0 without it): another context may get ctx's address */
+    bool gone;     /* its context was destroyed: found by no lookup, its pools forgotten (contexts.c) */
     struct cfd_ctx *next;
     CUevent *pool; /* free events, all CU_EVENT_DISABLE_TIMING (not blocking-sync: contexts.c) */
     int npool, cappool;
@@ -84,9 +86,11 @@ typedef struct cfd_ctx {
     int64_t fault;                   /* the first sticky error seen in this context */
 } cfd_ctx;
 
-cfd_ctx *cfd_ctx_get(CUcontext ctx);              /* g.mu held; NULL on OOM */
+uint64_t cfd_ctx_id(CUcontext ctx);               /* the driver's id of ctx, 0 if unknown */
+cfd_ctx *cfd_ctx_get(CUcontext ctx, uint64_t id); /* g.mu held; NULL on OOM */
 CUevent cfd_ctx_take_event(cfd_ctx *cx);          /* g.mu held; NULL if pool empty */
 void cfd_ctx_give_event(cfd_ctx *cx, CUevent ev); /* g.mu held; the event is idle */
+void cfd_ctx_drop_event(cfd_ctx *cx, CUevent ev); /* g.mu held; destroyed, or forgotten if cx is gone */
 void cfd_ctx_release(cfd_ctx *cx);                /* g.mu held; drops one nwaits */
 void cfd_quiesce_locked(void);                    /* g.mu held: retire idle pools if nothing is open (side streams stay) */
 void cfd_retire_side_streams_locked(void);        /* g.mu held: every idle side stream goes */

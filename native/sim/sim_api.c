@@ -290,8 +290,8 @@ SIM_API int cudafdsim_stats(int64_t *out, int n)
     if (n > CUDAFDSIM_STAT_COUNT)
         n = CUDAFDSIM_STAT_COUNT;
     pthread_mutex_lock(&sim.lock);
-    const int64_t all[CUDAFDSIM_STAT_COUNT] = {sim.n_ctx,    sim.n_streams, sim.n_events,
-                                               sim.n_queued, sim.n_hostfns, sim.n_kernels};
+    const int64_t all[CUDAFDSIM_STAT_COUNT] = {sim.n_ctx,     sim.n_streams, sim.n_events,   sim.n_queued,
+                                               sim.n_hostfns, sim.n_kernels, sim.n_dead_calls};
     pthread_mutex_unlock(&sim.lock);
     memcpy(out, all, (size_t)n * sizeof *out);
     return n;
@@ -315,6 +315,7 @@ SIM_API int cudafdsim_stats(int64_t *out, int n)
     X(cuCtxSynchronize, ())                                                            \
     X(cuStreamSynchronize, ())                                                         \
     X(cuStreamGetId, ())                                                               \
+    X(cuCtxGetId, ())                                                                  \
     X(cuModuleLoadData, ())                                                            \
     X(cuModuleGetFunction, ())                                                         \
     X(cuModuleUnload, ())                                                              \

@@ -23,6 +23,8 @@
  *    a test that goes on in other contexts after one faulted (the core's
  *    stress test).
  *  - A primary context exists while retained; its last release destroys it.
+ *    Retained again, the new one has the old one's handle (sim_handles.c)
+ *    and a new cuCtxGetId: the id, not the handle, tells contexts apart.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,12 +96,19 @@ static CUresult ctx_new_locked(CUdevice dev, bool primary, struct sim_ctx **out)
     c->refs = 1; /* the registry's */
     c->dev = dev;
     c->primary = primary;
+    c->id = ++sim.ctx_ids;
     pthread_cond_init(&c->cv, NULL);
-    c->handle = sim_handle_new(SIM_T_CTX, c);
+    uint64_t kept = primary ? sim.dev[dev].primary_handle : 0;
+    c->handle = kept ? kept : sim_handle_new(SIM_T_CTX, c);
+    if (kept)
+        sim_handle_revive(kept, c);
     if (c->handle)
         c->default_stream = sim_stream_new_locked(c, CU_STREAM_DEFAULT);
     if (!c->default_stream) {
-        sim_handle_free(c->handle);
+        if (kept)
+            sim_handle_park(kept);
+        else
+            sim_handle_free(c->handle);
         pthread_cond_destroy(&c->cv);
         free(c);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -116,7 +125,12 @@ static CUresult ctx_new_locked(CUdevice dev, bool primary, struct sim_ctx **out)
 static void ctx_destroy_locked(struct sim_ctx *c)
 {
     c->destroyed = true;
-    sim_handle_free(c->handle);
+    if (c->primary) {
+        sim_handle_park(c->handle);
+        sim.dev[c->dev].primary_handle = c->handle;
+    } else {
+        sim_handle_free(c->handle);
+    }
     sim.n_ctx--;
     if (c->live_prev)
         c->live_prev->live_next = c->live_next;
@@ -129,7 +143,7 @@ static void ctx_destroy_locked(struct sim_ctx *c)
     while (c->streams)
         sim_stream_kill_locked(c->streams);
     while (c->events)
-        sim_event_kill_locked(c->events);
+        sim_event_kill_locked(c->events, true);
     if (c->waiters)
         pthread_cond_broadcast(&c->cv);
     sim_sched_kick_locked(); /* waits elsewhere on its dropped records are released */
@@ -250,6 +264,20 @@ SIM_API CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
         ctx_destroy_locked(d->primary);
         d->primary = NULL;
     }
+    pthread_mutex_unlock(&sim.lock);
+    return rc;
+}
+
+SIM_API CUresult cuCtxGetId(CUcontext ctx, unsigned long long *id)
+{
+    SIM_CHECK_INIT();
+    if (!id)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim.lock);
+    struct sim_ctx *c;
+    CUresult rc = ctx ? sim_ctx_lookup_locked(ctx, &c) : sim_ctx_current_locked(&c);
+    if (rc == CUDA_SUCCESS)
+        *id = c->id;
     pthread_mutex_unlock(&sim.lock);
     return rc;
 }

@@ -21,9 +21,12 @@
 
 #include "sim_internal.h"
 
-static struct sim_event *lookup(CUevent h)
+struct sim_event *sim_event_lookup_locked(CUevent h)
 {
-    return sim_handle_get((uint64_t)(uintptr_t)h, SIM_T_EVENT);
+    struct sim_event *e = sim_handle_get((uint64_t)(uintptr_t)h, SIM_T_EVENT);
+    if (!e && sim_handle_dead((uint64_t)(uintptr_t)h, SIM_T_EVENT))
+        sim.n_dead_calls++;
+    return e;
 }
 
 void sim_event_unref_locked(struct sim_event *e)
@@ -37,10 +40,13 @@ void sim_event_unref_locked(struct sim_event *e)
     free(e);
 }
 
-void sim_event_kill_locked(struct sim_event *e)
+void sim_event_kill_locked(struct sim_event *e, bool with_ctx)
 {
     struct sim_ctx *c = e->ctx;
-    sim_handle_free(e->handle);
+    if (with_ctx)
+        sim_handle_free_dead(e->handle);
+    else
+        sim_handle_free(e->handle);
     sim.n_events--;
     e->destroyed = true;
     if (e->waiters)
@@ -109,9 +115,9 @@ SIM_API CUresult cuEventDestroy(CUevent event)
 {
     SIM_CHECK_INIT();
     pthread_mutex_lock(&sim.lock);
-    struct sim_event *e = lookup(event);
+    struct sim_event *e = sim_event_lookup_locked(event);
     if (e)
-        sim_event_kill_locked(e);
+        sim_event_kill_locked(e, false);
     pthread_mutex_unlock(&sim.lock);
     return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
@@ -120,7 +126,7 @@ SIM_API CUresult cuEventRecord(CUevent event, CUstream stream)
 {
     SIM_CHECK_INIT();
     pthread_mutex_lock(&sim.lock);
-    struct sim_event *e = lookup(event);
+    struct sim_event *e = sim_event_lookup_locked(event);
     struct sim_stream *s = NULL;
     CUresult rc = e ? sim_stream_resolve_locked(stream, &s) : CUDA_ERROR_INVALID_HANDLE;
     if (rc == CUDA_SUCCESS && s->ctx != e->ctx)
@@ -154,7 +160,7 @@ SIM_API CUresult cuEventQuery(CUevent event)
 {
     SIM_CHECK_INIT();
     pthread_mutex_lock(&sim.lock);
-    struct sim_event *e = lookup(event);
+    struct sim_event *e = sim_event_lookup_locked(event);
     CUresult rc = e ? state(e) : CUDA_ERROR_INVALID_HANDLE;
     pthread_mutex_unlock(&sim.lock);
     return rc;
@@ -184,7 +190,7 @@ SIM_API CUresult cuEventSynchronize(CUevent event)
 {
     SIM_CHECK_INIT();
     pthread_mutex_lock(&sim.lock);
-    struct sim_event *e = lookup(event);
+    struct sim_event *e = sim_event_lookup_locked(event);
     CUresult rc = e ? state(e) : CUDA_ERROR_INVALID_HANDLE;
     if (rc == CUDA_ERROR_NOT_READY) {
         struct sim_op *rec = e->last; /* the record current at the call */

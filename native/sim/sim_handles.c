@@ -8,7 +8,13 @@
  * except for streams: a real driver hands a new stream the handle of the
  * stream destroyed just before, even while that stream's work still runs
  * (an H200: 20 of 20 times, bench/handle_reuse.py), so here a new stream
- * takes the last destroyed stream's handle too. Made-up values fail the type,
+ * takes the last destroyed stream's handle too. And a device's primary
+ * context has one handle for the process's life: retained again after its
+ * last release destroyed it, the new one has the old one's handle, as on an
+ * H100 and an H200 (bench/ctx_reuse.py); the slot is parked meanwhile.
+ * A handle of an object that died with its context (an event) stays known
+ * as such, so that a later call given it is counted: a real driver may
+ * crash on one. Made-up values fail the type,
  * bounds or generation check. Generations start at 1, so no handle is 0,
  * CU_STREAM_LEGACY (1) or CU_STREAM_PER_THREAD (2). Called with sim.lock held.
  */
@@ -24,6 +30,7 @@ struct slot {
     uint32_t gen;
     uint8_t type;       /* 0 while free */
     uint32_t next_free;
+    uint32_t dead_gen;  /* the generation of the latest object here that died with its context */
 };
 
 static struct slot *slots;
@@ -54,6 +61,7 @@ uint64_t sim_handle_new(enum sim_type type, void *obj)
         }
         idx = nslots++;
         slots[idx].gen = 1;
+        slots[idx].dead_gen = 0;
     }
     slots[idx].obj = obj;
     slots[idx].type = (uint8_t)type;
@@ -93,11 +101,40 @@ void sim_handle_free(uint64_t handle)
     free_head[type] = idx;
 }
 
+void sim_handle_free_dead(uint64_t handle)
+{
+    struct slot *s = find(handle, (enum sim_type)(handle & 7));
+    if (s && s->gen == (uint32_t)(handle >> 32))
+        s->dead_gen = s->gen;
+    sim_handle_free(handle);
+}
+
+bool sim_handle_dead(uint64_t handle, enum sim_type type)
+{
+    struct slot *s = find(handle, type);
+    uint32_t gen = (uint32_t)(handle >> 32);
+    return s && gen != 0 && s->dead_gen == gen && !(s->type == type && s->gen == gen);
+}
+
 bool sim_handle_was(uint64_t handle, enum sim_type type)
 {
     struct slot *s = find(handle, type);
     uint32_t gen = (uint32_t)(handle >> 32);
     if (!s || gen == 0)
         return false;
-    return gen < s->gen; /* issued once, released since */
+    return gen < s->gen || (gen == s->gen && s->type == (uint8_t)type && !s->obj); /* released, or parked */
+}
+
+void sim_handle_park(uint64_t handle)
+{
+    struct slot *s = find(handle, (enum sim_type)(handle & 7));
+    if (s && s->gen == (uint32_t)(handle >> 32))
+        s->obj = NULL;
+}
+
+void sim_handle_revive(uint64_t handle, void *obj)
+{
+    struct slot *s = find(handle, (enum sim_type)(handle & 7));
+    if (s && s->gen == (uint32_t)(handle >> 32))
+        s->obj = obj;
 }

@@ -76,6 +76,7 @@ SIM_API CUresult cuCtxDestroy(CUcontext ctx);
 SIM_API CUresult cuCtxSynchronize(void);
 SIM_API CUresult cuStreamSynchronize(CUstream stream);
 SIM_API CUresult cuStreamGetId(CUstream stream, unsigned long long *id);
+SIM_API CUresult cuCtxGetId(CUcontext ctx, unsigned long long *id);
 SIM_API CUresult cuModuleLoadData(CUmodule *module, const void *image);
 SIM_API CUresult cuModuleGetFunction(CUfunction *fn, CUmodule module, const char *name);
 SIM_API CUresult cuModuleUnload(CUmodule module);
@@ -158,6 +159,7 @@ struct sim_event {
 struct sim_ctx {
     int refs;
     uint64_t handle;
+    uint64_t id;              /* cuCtxGetId: unique for the process's life, from 1 */
     CUdevice dev;
     bool primary;
     bool destroyed;
@@ -180,6 +182,7 @@ struct sim_ctx {
 struct sim_device {
     struct sim_ctx *primary; /* NULL while not retained */
     int primary_refs;
+    uint64_t primary_handle; /* every primary context of the device has this handle (0: none made yet) */
 };
 
 struct sim_global {
@@ -199,8 +202,10 @@ struct sim_global {
     bool cb_started;
     struct sim_op *cb_head, *cb_tail;
     uint64_t stream_ids; /* the last stream id given out */
+    uint64_t ctx_ids;    /* the last context id given out */
     /* statistics */
     int64_t n_ctx, n_streams, n_events, n_queued, n_hostfns, n_kernels;
+    int64_t n_dead_calls; /* calls given an event that died with its context (sim_event_lookup_locked) */
 };
 
 extern struct sim_global sim;
@@ -224,7 +229,11 @@ uint64_t sim_now_ns(void); /* CLOCK_MONOTONIC */
 uint64_t sim_handle_new(enum sim_type type, void *obj); /* 0 when out of memory */
 void *sim_handle_get(uint64_t handle, enum sim_type type);
 void sim_handle_free(uint64_t handle);
+void sim_handle_free_dead(uint64_t handle); /* freed because its context was destroyed */
+bool sim_handle_dead(uint64_t handle, enum sim_type type); /* freed so (the slot's latest such) */
 bool sim_handle_was(uint64_t handle, enum sim_type type); /* a released handle of that type */
+void sim_handle_park(uint64_t handle); /* keep a handle while its object is gone (a primary context) */
+void sim_handle_revive(uint64_t handle, void *obj); /* a parked handle's new object */
 
 /* ---- sim_device.c ---- */
 uint64_t sim_thread_id(void);
@@ -250,7 +259,8 @@ bool sim_stream_pop_locked(struct sim_stream *s, uint64_t ready_ns); /* false: s
 CUresult sim_launch_locked(struct sim_stream *s, uint64_t ns, CUresult fault);
 
 /* ---- sim_event.c ---- */
-void sim_event_kill_locked(struct sim_event *e);
+void sim_event_kill_locked(struct sim_event *e, bool with_ctx);
+struct sim_event *sim_event_lookup_locked(CUevent h); /* NULL: not a live event */
 void sim_event_unref_locked(struct sim_event *e);
 void sim_record_complete_locked(struct sim_op *rec);
 

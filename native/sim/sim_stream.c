@@ -442,7 +442,7 @@ SIM_API CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int 
     struct sim_stream *s;
     CUresult rc = sim_stream_resolve_locked(stream, &s);
     struct sim_event *e = NULL;
-    if (rc == CUDA_SUCCESS && !(e = sim_handle_get((uint64_t)(uintptr_t)event, SIM_T_EVENT)))
+    if (rc == CUDA_SUCCESS && !(e = sim_event_lookup_locked(event)))
         rc = CUDA_ERROR_INVALID_HANDLE;
     if (rc == CUDA_SUCCESS)
         rc = sim_ctx_usable(s->ctx);

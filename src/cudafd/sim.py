@@ -277,5 +277,6 @@ class Event:
 
 
 def stats() -> dict[str, int]:
-    """The simulator's live counts: contexts, streams, events, queued (operations), hostfuncs_run, kernels_run."""
+    """The simulator's live counts: contexts, streams, events, queued (operations), hostfuncs_run, kernels_run,
+    and dead_handle_calls: calls given an event that died with its context (a real driver may crash on one)."""
     return driver().sim.stats()  # type: ignore[union-attr]

@@ -72,6 +72,7 @@ SIGNATURES: dict[str, list[object]] = {
     "cuStreamGetCtx": [_P, POINTER(_P)],
     "cuStreamQuery": [_P],
     "cuStreamGetId": [_P, POINTER(c_uint64)],
+    "cuCtxGetId": [_P, POINTER(c_uint64)],
     "cuStreamWaitEvent": [_P, _P, c_uint],
     "cuEventCreate": [POINTER(_P), c_uint],
     "cuEventDestroy": [_P],
@@ -105,7 +106,7 @@ SIM_SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "cudafdsim_stats": (c_int, [POINTER(c_int64), c_int]),
     "cudafdsim_legacy_calls": (c_int64, []),
 }
-SIM_STAT_NAMES = ("contexts", "streams", "events", "queued", "hostfuncs_run", "kernels_run")
+SIM_STAT_NAMES = ("contexts", "streams", "events", "queued", "hostfuncs_run", "kernels_run", "dead_handle_calls")
 
 
 # Entry points whose "_v2" symbol has the signature above (dlsym fallback only;
@@ -170,6 +171,7 @@ class Driver:
                 fn = _missing(name, path)
             setattr(self, name, fn)
         self._has_stream_id = "cuStreamGetId" not in self.missing  # (CUDA 12.0 and newer)
+        self._has_ctx_id = "cuCtxGetId" not in self.missing  # (the same)
         self.sim: SimCalls | None = None
         if hasattr(dll, "cudafdsim_abi_version"):
             self.sim = SimCalls(dll)
@@ -281,6 +283,15 @@ class Driver:
         if self._has_stream_id and self.cuStreamGetId(stream, byref(sid)) == CUDA_SUCCESS:  # type: ignore[attr-defined]
             return sid.value | 1 << 63
         return 0 if stream == 1 else stream
+
+    def ctx_id(self, ctx: int) -> int:
+        """The driver's id of a context (cuCtxGetId), 0 where unknown. Not the handle: a
+        device's primary context retained again after its last release destroyed it has
+        the old one's handle."""
+        cid = c_uint64()
+        if self._has_ctx_id and self.cuCtxGetId(ctx, byref(cid)) == CUDA_SUCCESS:  # type: ignore[attr-defined]
+            return cid.value
+        return 0
 
     def stream_ctx(self, stream: int) -> int:
         """The context of a stream (the current one for 0 / legacy / per-thread)."""
