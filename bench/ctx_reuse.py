@@ -10,8 +10,11 @@ again; the line says whether the new context has the old handle and the old
 id (cuCtxGetId), then makes one driver call on the old event
 (``cuEventRecord`` on a new stream, ``cuEventQuery`` or ``cuEventDestroy``)
 and prints its result. ``notifier-<mechanism>``: a Notifier open across the
-same release, one wait on a stream of the old context before and one on a
-stream of the new context after; the line has the second wait's outcome.
+same release, one wait on a stream of the context before and two on a new
+stream after, retained again; the line says whether the release destroyed
+the context (cudafd holds a reference while a Notifier that watched there
+is open), the waits' outcomes and, on the simulator, how many calls were
+given an event that died with its context.
 """
 
 from __future__ import annotations

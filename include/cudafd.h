@@ -223,11 +223,14 @@ void cudafd_notifier_destroy(cudafd_notifier *n);
  * event) are made at their first use and kept, after the last notifier
  * closed too, until the process exits: so a later notifier or one-shot fence
  * in that context makes none (a stream creation can wait until the GPU is
- * idle, and every call into the context waits behind it). Side streams in
- * a device's primary context hold a reference to it (cuDevicePrimaryCtxRetain)
- * while they exist, so releasing the primary context does not destroy them.
- * A context of your own cannot be held so: destroying it while its side
- * streams are kept leaves dead handles, which a real driver may crash on.
+ * idle, and every call into the context waits behind it). In a device's
+ * primary context, cudafd holds a reference to it (cuDevicePrimaryCtxRetain)
+ * while a notifier is open that watched there, or side streams are kept
+ * there, so releasing the primary context does not destroy cudafd's events
+ * and streams under it; it goes once they do. A context of your own cannot
+ * be held so: destroying it while a notifier that watched there is open, or
+ * its side streams are kept, leaves dead handles, which a real driver may
+ * crash on.
  * This call destroys them, with the records of their contexts and the
  * references, when no notifier is open (else it does nothing: they are in
  * use). Call it before destroying a context of your own, or to see every

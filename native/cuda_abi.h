@@ -134,11 +134,9 @@ typedef struct CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st {
  * only makes the syncfd mechanism unavailable (its probe names the step);
  * without the primary context's three, side streams in a primary context
  * hold no reference to it (contexts.c); without cuStreamGetId (before CUDA
- * 12.0) a stream's waits are keyed by its handle alone (watch.c), and
- * without cuCtxGetId (the same) a context's record by its handle alone. */
+ * 12.0) a stream's waits are keyed by its handle alone (watch.c). */
 #define CUDAFD_DRIVER_OPTIONAL_ENTRY_POINTS(X)                                                 \
     X(cuStreamGetId, (CUstream stream, unsigned long long *id))                                \
-    X(cuCtxGetId, (CUcontext ctx, unsigned long long *id))                                     \
     X(cuDevicePrimaryCtxRetain, (CUcontext * ctx, CUdevice dev))                               \
     X(cuDevicePrimaryCtxRelease, (CUdevice dev))                                               \
     X(cuDevicePrimaryCtxGetState, (CUdevice dev, unsigned int *flags, int *active))            \

@@ -25,27 +25,21 @@
  * other choice, a fence that makes only the one side stream it needs, still
  * creates a stream per fence, and so stalls every 128th.
  *
- * A context's record is found by the context's handle and its driver id
- * (cuCtxGetId): a device's primary context retained again after its last
- * release destroyed it has the old one's handle (an H100 and an H200,
- * bench/ctx_reuse.py), as may a context the caller makes after destroying
- * one. A record whose handle now has another id is gone: its events and side
- * streams died with their context, so they are forgotten, never given to the
- * driver again, and a new record serves the new context. The primary-context
- * reference a gone record held is forgotten too: only a reset destroys a
- * context so held, and whether a reset keeps the reference count is not
- * known here, so releasing it could take the new context from its holder.
- *
- * A stream of a destroyed context is a dead handle, and a real driver may
- * crash on one. So a pool in a device's primary context (what PyTorch, CuPy
- * and numba use) holds a reference to that context while it has streams
- * (cuDevicePrimaryCtxRetain, released when its last stream is destroyed): a
- * caller that releases the primary context meanwhile does not destroy it
- * under them. A context the caller created and destroys itself cannot be
- * kept alive so: cudafd_release_idle first (cudafd.h says so). A kept pool's
- * next use still asks the driver about one of its streams (cuStreamQuery)
- * and drops them all if it does not know it, which is what the simulator
- * answers for a dead handle.
+ * A record in a device's primary context (what PyTorch, CuPy and numba use)
+ * holds a reference to that context (cuDevicePrimaryCtxRetain, taken when the
+ * record is made, released when it is freed), so a caller that releases the
+ * primary context while a notifier is open, or while side streams are kept,
+ * does not destroy it under cudafd's events and streams: their handles would
+ * be dead, and a real driver may crash on a dead handle. The reference also
+ * keeps the context's handle meaning that context: a primary context
+ * retained again after its last release destroyed it has the old one's handle
+ * (seen on an H200; bench/ctx_reuse.py asks), so a pool kept past that would
+ * hand the new context the old one's dead events. A context the caller
+ * created and destroys itself cannot be kept alive so: close the notifiers
+ * that watched in it and cudafd_release_idle first (cudafd.h says so). A
+ * kept pool's next use still asks the driver about one of its streams
+ * (cuStreamQuery) and drops them all if it does not know it, which is what
+ * the simulator answers for a dead handle.
  *
  * Pool events are created with CU_EVENT_DISABLE_TIMING only: no timing keeps
  * a record as cheap as the driver allows, and they are not blocking-sync,
@@ -64,45 +58,15 @@
 
 #include "internal.h"
 
-uint64_t cfd_ctx_id(CUcontext ctx)
+cfd_ctx *cfd_ctx_get(CUcontext ctx)
 {
-    unsigned long long id = 0;
-    if (!cu.cuCtxGetId || cu.cuCtxGetId(ctx, &id) != CUDA_SUCCESS)
-        return 0;
-    return id;
-}
-
-/* Its context was destroyed: what it kept there died with it (file comment). */
-static void forget_gone(cfd_ctx *cx)
-{
-    cx->gone = true;
-    cfd_count(ST_EVENTS, -cx->npool);
-    cx->npool = 0;
-    for (int i = 0; i < CFD_SIDE_MAX; i++) {
-        if (cx->side.stream[i]) {
-            cx->side.stream[i] = NULL;
-            cfd_count(ST_STREAMS, -1);
-        }
-    }
-    cx->side.filled = cx->side.kept = false;
-    if (cx->side.primary == 2)
-        cx->side.primary = 3;
-}
-
-cfd_ctx *cfd_ctx_get(CUcontext ctx, uint64_t id)
-{
-    for (cfd_ctx *cx = g.contexts; cx; cx = cx->next) {
-        if (cx->ctx != ctx || cx->gone)
-            continue;
-        if (cx->id == id)
+    for (cfd_ctx *cx = g.contexts; cx; cx = cx->next)
+        if (cx->ctx == ctx)
             return cx;
-        forget_gone(cx);
-    }
     cfd_ctx *cx = calloc(1, sizeof *cx);
     if (!cx)
         return NULL;
     cx->ctx = ctx;
-    cx->id = id;
     cx->next = g.contexts;
     g.contexts = cx;
     cfd_count(ST_CONTEXTS, 1);
@@ -124,20 +88,8 @@ static void park_for_destruction(CUevent ev)
     g.graveyard[g.ngrave++] = ev;
 }
 
-void cfd_ctx_drop_event(cfd_ctx *cx, CUevent ev)
-{
-    if (cx->gone)
-        cfd_count(ST_EVENTS, -1);
-    else
-        cfd_event_destroy(ev);
-}
-
 void cfd_ctx_give_event(cfd_ctx *cx, CUevent ev)
 {
-    if (cx->gone) {
-        cfd_count(ST_EVENTS, -1);
-        return;
-    }
     if (cx->npool == cx->cappool) {
         int cap = cx->cappool ? 2 * cx->cappool : 8;
         CUevent *grown = realloc(cx->pool, (size_t)cap * sizeof *grown);
@@ -184,9 +136,7 @@ static void retire_streams(cfd_side_pool *p)
 {
     if (p->filling)
         return;
-    bool held = false; /* a holder may be making the slot's stream now, without g.mu */
     for (int i = 0; i < CFD_SIDE_MAX; i++) {
-        held |= p->busy[i] > 0;
         if (p->stream[i] && p->busy[i] == 0) {
             cu.cuStreamDestroy(p->stream[i]);
             p->stream[i] = NULL;
@@ -194,21 +144,20 @@ static void retire_streams(cfd_side_pool *p)
             cfd_count(ST_STREAMS, -1);
         }
     }
-    if (p->primary == 2 && !held && !has_streams(p)) { /* the last one went: so does the reference */
-        cu.cuDevicePrimaryCtxRelease(p->pdev);
-        p->primary = 0;
-    }
 }
 
-/* Before a pool makes its first stream (the context current, g.mu held and
- * released meanwhile): if the context is its device's primary one, hold a
- * reference to it for as long as the pool has streams (file comment). */
-static void hold_primary_locked(cfd_side_pool *p)
+/* A new record (its context current, g.mu held and released meanwhile, the
+ * record held): if the context is its device's primary one, hold a reference
+ * to it for as long as the record lives (file comment). */
+void cfd_ctx_hold_primary_locked(cfd_ctx *cx)
 {
-    if (p->primary != 0 || !cu.cuDevicePrimaryCtxGetState || !cu.cuDevicePrimaryCtxRetain ||
-        !cu.cuDevicePrimaryCtxRelease)
+    if (cx->primary != 0)
         return;
-    p->primary = 1;
+    if (!cu.cuDevicePrimaryCtxGetState || !cu.cuDevicePrimaryCtxRetain || !cu.cuDevicePrimaryCtxRelease) {
+        cx->primary = 3;
+        return;
+    }
+    cx->primary = 1;
     pthread_mutex_unlock(&g.mu);
     int8_t found = 3;
     CUdevice dev = 0;
@@ -225,8 +174,8 @@ static void hold_primary_locked(cfd_side_pool *p)
             cu.cuDevicePrimaryCtxRelease(dev);
     }
     pthread_mutex_lock(&g.mu);
-    p->pdev = dev;
-    p->primary = found;
+    cx->pdev = dev;
+    cx->primary = found;
 }
 
 /* Idle events go; side streams are kept for the next notifier. */
@@ -251,8 +200,8 @@ void cfd_quiesce_locked(void)
         cfd_ctx *cx = *link;
         retire(cx);
         if (cx->nwaits == 0 && !has_streams(&cx->side)) {
-            if (cx->side.primary == 2) /* held for a first stream that could not be made */
-                cu.cuDevicePrimaryCtxRelease(cx->side.pdev);
+            if (cx->primary == 2)
+                cu.cuDevicePrimaryCtxRelease(cx->pdev);
             *link = cx->next;
             free(cx->pool);
             free(cx->side.keys);
@@ -378,7 +327,6 @@ void cfd_side_fill_locked(cfd_side_pool *p, int count)
     CUstream made[CFD_SIDE_MAX];
     int want = 0, n = 0;
     p->filled = p->filling = true;
-    hold_primary_locked(p);
     for (int i = 0; i < count && i < CFD_SIDE_MAX; i++)
         want += !p->stream[i];
     pthread_mutex_unlock(&g.mu);
@@ -408,8 +356,6 @@ int cfd_side_stream(cfd_side_pool *p, uintptr_t key, bool fill, CUstream *out, i
         cfd_side_fill_locked(p, CFD_SIDE_MAX);
     int i = hold_side(p, key);
     CUstream s = i >= 0 ? p->stream[i] : NULL;
-    if (i >= 0 && !s)
-        hold_primary_locked(p); /* before the pool's first stream is made */
     pthread_mutex_unlock(&g.mu);
     if (i < 0)
         return cfd_fail(CUDAFD_E_NOMEM, "out of memory for a side stream record");

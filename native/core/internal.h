@@ -71,26 +71,23 @@ typedef struct cfd_side_pool {
     bool filled;  /* made (or tried) all at once: cfd_side_fill_locked */
     bool filling; /* a thread makes them now; others wait (g.fill_cv) */
     bool kept;    /* kept past the last notifier's close: checked once at the next use (contexts.c) */
-    int8_t primary;    /* 0 not known yet, 1 being found out, 2 a reference held on pdev's primary context, 3 none */
-    CUdevice pdev;
 } cfd_side_pool;
 typedef struct cfd_ctx {
     CUcontext ctx;
-    uint64_t id;   /* cuCtxGetId (0 without it): another context may get ctx's address */
-    bool gone;     /* its context was destroyed: found by no lookup, its pools forgotten (contexts.c) */
     struct cfd_ctx *next;
     CUevent *pool; /* free events, all CU_EVENT_DISABLE_TIMING (not blocking-sync: contexts.c) */
     int npool, cappool;
     cfd_side_pool side;   /* waits on side streams: hostfunc points, waits on a caller's event */
     int nwaits;                      /* waits referring to this record */
     int64_t fault;                   /* the first sticky error seen in this context */
+    int8_t primary; /* 0 not known yet, 1 being found out, 2 a reference held on pdev's primary context, 3 none */
+    CUdevice pdev;
 } cfd_ctx;
 
-uint64_t cfd_ctx_id(CUcontext ctx);               /* the driver's id of ctx, 0 if unknown */
-cfd_ctx *cfd_ctx_get(CUcontext ctx, uint64_t id); /* g.mu held; NULL on OOM */
+cfd_ctx *cfd_ctx_get(CUcontext ctx);              /* g.mu held; NULL on OOM */
+void cfd_ctx_hold_primary_locked(cfd_ctx *cx);    /* g.mu held (released meanwhile), cx->ctx current */
 CUevent cfd_ctx_take_event(cfd_ctx *cx);          /* g.mu held; NULL if pool empty */
 void cfd_ctx_give_event(cfd_ctx *cx, CUevent ev); /* g.mu held; the event is idle */
-void cfd_ctx_drop_event(cfd_ctx *cx, CUevent ev); /* g.mu held; destroyed, or forgotten if cx is gone */
 void cfd_ctx_release(cfd_ctx *cx);                /* g.mu held; drops one nwaits */
 void cfd_quiesce_locked(void);                    /* g.mu held: retire idle pools if nothing is open (side streams stay) */
 void cfd_retire_side_streams_locked(void);        /* g.mu held: every idle side stream goes */

@@ -180,8 +180,7 @@ static void fault_sweep(cfd_ctx *cx, int64_t status)
         for (cfd_lane *l = lane_table[b]; l; l = l->hnext)
             if (l->ctx == cx->ctx)
                 for (cfd_wait *w = l->head; w; w = w->next)
-                    if (w->cx == cx) /* not a wait of a destroyed context at the same address */
-                        deliver(w, status);
+                    deliver(w, status);
     for (cfd_wait *w = g.hf_pending; w; w = w->next)
         if (w->cx == cx)
             deliver(w, status);
@@ -217,7 +216,7 @@ void cfd_wait_complete(cfd_wait *w, int64_t status, bool from_hostfn)
         if ((status == 0 && g.nopen > 0) || from_hostfn || g.probing)
             cfd_ctx_give_event(w->cx, w->ev); /* pooled, or retired later by a quiesce */
         else
-            cfd_ctx_drop_event(w->cx, w->ev);
+            cfd_event_destroy(w->ev);
     }
     cfd_ctx_release(w->cx);
     wait_free(w);

@@ -90,13 +90,14 @@ static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t t
  * given, an idle event from its pool, in the same critical section). */
 static cfd_ctx *ctx_record(CUcontext ctx, CUevent *pooled)
 {
-    uint64_t id = cfd_ctx_id(ctx);
     pthread_mutex_lock(&g.mu);
-    cfd_ctx *cx = cfd_ctx_get(ctx, id);
+    cfd_ctx *cx = cfd_ctx_get(ctx);
     if (cx) {
         cx->nwaits++;
         if (pooled)
             *pooled = cfd_ctx_take_event(cx);
+        if (cx->primary == 0)
+            cfd_ctx_hold_primary_locked(cx); /* a new record */
     }
     pthread_mutex_unlock(&g.mu);
     if (!cx)

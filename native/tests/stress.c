@@ -68,6 +68,7 @@ static CUresult (*sim_event_destroy)(CUevent);
 static int (*sim_stats)(int64_t *, int);
 static CUresult (*sim_primary_retain)(CUcontext *, CUdevice);
 static CUresult (*sim_primary_release)(CUdevice);
+static CUresult (*sim_primary_state)(CUdevice, unsigned int *, int *);
 
 static void load_sim(void)
 {
@@ -84,6 +85,7 @@ static void load_sim(void)
     SYM(sim_stats, "cudafdsim_stats");
     SYM(sim_primary_retain, "cuDevicePrimaryCtxRetain");
     SYM(sim_primary_release, "cuDevicePrimaryCtxRelease");
+    SYM(sim_primary_state, "cuDevicePrimaryCtxGetState");
     SYM(sim_fail_next_signal, "cudafdsim_fail_next_signal");
     SYM(sim_delay_next_host_launch, "cudafdsim_delay_next_host_launch");
     SYM(sim_push, "cuCtxPushCurrent");
@@ -919,6 +921,62 @@ static void test_primary_released_after_a_failed_first_stream(void)
           (long long)before[0], (long long)after[0]);
 }
 
+static bool primary_active(CUdevice dev)
+{
+    unsigned int flags = 0;
+    int active = 0;
+    sim_primary_state(dev, &flags, &active);
+    return active != 0;
+}
+
+/* Waits on a new stream of ctx, the second taking the first's pooled event. */
+static void waits_in(cudafd_notifier *n, CUcontext ctx, const char *where)
+{
+    CUcontext ignored;
+    sim_push(ctx);
+    CUstream s = NULL;
+    sim_stream_create(&s, CU_STREAM_NON_BLOCKING);
+    for (int i = 0; i < 2; i++) {
+        sim_launch(s, 200 * 1000, 0);
+        uint64_t t = 0;
+        cudafd_completion c[1];
+        CHECK(cudafd_watch_stream(n, (uintptr_t)s, &t) == CUDAFD_OK, "watch %s: %s", where, cudafd_last_error());
+        CHECK(collect(n, c, 1, 5.0) == 1 && c[0].token == t && c[0].status == 0, "wait %s", where);
+    }
+    sim_stream_destroy(s);
+    sim_pop(&ignored);
+}
+
+/* The caller's last reference to a primary context goes while a notifier
+ * that watched there is open: the context stays until the notifier closes,
+ * then goes; retained again it has the old handle, and the next notifier's
+ * waits there never give the driver an event of the old context (a real
+ * driver may crash on one). */
+static void test_primary_released_under_a_notifier(int mech)
+{
+    int64_t before[CUDAFDSIM_STAT_COUNT], after[CUDAFDSIM_STAT_COUNT];
+    sim_stats(before, CUDAFDSIM_STAT_COUNT);
+    CUcontext p[2] = {NULL, NULL};
+    for (int round = 0; round < 2; round++) {
+        cudafd_notifier *n = NULL;
+        cudafd_notifier_create(mech, &n);
+        sim_primary_retain(&p[round], 1);
+        waits_in(n, p[round], "in a primary context");
+        sim_primary_release(1); /* the caller's only reference */
+        CHECK(primary_active(1), "mech %d: the primary context was destroyed under an open notifier", mech);
+        waits_in(n, p[round], "in a primary context its caller released");
+        cudafd_notifier_destroy(n);
+        cudafd_release_idle();
+        CHECK(!primary_active(1), "mech %d: a reference kept after the notifier closed", mech);
+    }
+    sim_stats(after, CUDAFDSIM_STAT_COUNT);
+    CHECK(p[0] == p[1], "the simulator gives a primary context retained again the old handle");
+    CHECK(after[6] == before[6], "mech %d: %lld calls given an event of a destroyed context", mech,
+          (long long)(after[6] - before[6]));
+    CHECK(after[0] == before[0] && after[2] == before[2], "contexts %lld and events %lld left",
+          (long long)(after[0] - before[0]), (long long)(after[2] - before[2]));
+}
+
 static void check_counts_zero(void)
 {
     int64_t st[CUDAFD_STAT_COUNT];
@@ -983,6 +1041,8 @@ int main(void)
     test_fork_child_closes();
     test_budgets_on_one_stream(a);
     test_primary_released_after_a_failed_first_stream();
+    for (int mech = CUDAFD_MECH_EVENT; mech <= CUDAFD_MECH_SPIN; mech++)
+        test_primary_released_under_a_notifier(mech);
     /* the poller at its most eager (every wait asked about every microsecond)
      * and at a lazy budget (faults still surface, nothing stalls) */
     const int64_t budgets[] = {CUDAFD_MAX_LATENESS_MIN_NS, 20 * 1000 * 1000};

@@ -72,7 +72,6 @@ SIGNATURES: dict[str, list[object]] = {
     "cuStreamGetCtx": [_P, POINTER(_P)],
     "cuStreamQuery": [_P],
     "cuStreamGetId": [_P, POINTER(c_uint64)],
-    "cuCtxGetId": [_P, POINTER(c_uint64)],
     "cuStreamWaitEvent": [_P, _P, c_uint],
     "cuEventCreate": [POINTER(_P), c_uint],
     "cuEventDestroy": [_P],
@@ -171,7 +170,6 @@ class Driver:
                 fn = _missing(name, path)
             setattr(self, name, fn)
         self._has_stream_id = "cuStreamGetId" not in self.missing  # (CUDA 12.0 and newer)
-        self._has_ctx_id = "cuCtxGetId" not in self.missing  # (the same)
         self.sim: SimCalls | None = None
         if hasattr(dll, "cudafdsim_abi_version"):
             self.sim = SimCalls(dll)
@@ -284,14 +282,19 @@ class Driver:
             return sid.value | 1 << 63
         return 0 if stream == 1 else stream
 
-    def ctx_id(self, ctx: int) -> int:
-        """The driver's id of a context (cuCtxGetId), 0 where unknown. Not the handle: a
-        device's primary context retained again after its last release destroyed it has
-        the old one's handle."""
-        cid = c_uint64()
-        if self._has_ctx_id and self.cuCtxGetId(ctx, byref(cid)) == CUDA_SUCCESS:  # type: ignore[attr-defined]
-            return cid.value
-        return 0
+    def hold_if_primary(self, ctx: int) -> int:
+        """If ``ctx`` is an active primary context, retain it and return its device
+        (give it back with ``cuDevicePrimaryCtxRelease``), else -1. Never creates one."""
+        with self.current(ctx):
+            dev = self.current_device()
+        flags, active, primary = c_uint(), c_int(), c_void_p()
+        if (dev < 0 or self.cuDevicePrimaryCtxGetState(dev, byref(flags), byref(active)) != CUDA_SUCCESS  # type: ignore[attr-defined]
+                or not active.value or self.cuDevicePrimaryCtxRetain(byref(primary), dev) != CUDA_SUCCESS):  # type: ignore[attr-defined]
+            return -1
+        if primary.value == ctx:
+            return dev
+        self.cuDevicePrimaryCtxRelease(dev)  # type: ignore[attr-defined]
+        return -1
 
     def stream_ctx(self, stream: int) -> int:
         """The context of a stream (the current one for 0 / legacy / per-thread)."""

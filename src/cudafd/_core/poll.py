@@ -32,11 +32,12 @@ one stream complete in the order they were recorded, and poll() stops at the
 first pending one of each stream. cuEventQuery returns CUDA_SUCCESS,
 CUDA_ERROR_NOT_READY, or the context's sticky fault, which is the wait's status.
 Destroying an event whose record is still pending is allowed (the driver
-frees it once complete). A device's primary context retained again after its
-last release destroyed it has the old one's handle (an H100 and an H200,
-bench/ctx_reuse.py), so events are kept by context handle and driver id
-(cuCtxGetId): those of a context found gone died with it, and are forgotten,
-never given to the driver again (a real driver may crash on a dead handle).
+frees it once complete). A backend holds a reference to each primary context
+it made events in until it closes, as the native core does (its
+contexts.c): a caller releasing the primary context meanwhile would
+otherwise destroy it under them, and a primary context retained again has
+the old one's handle, so a pooled event of the old one would be handed to
+the new one (a real driver may crash on the dead handle).
 
 fork(): in a child forked after the driver was initialised, every call
 that would reach the driver raises CudafdError (_fork.MESSAGE), and a
@@ -112,9 +113,8 @@ class PollBackend:
         self._drv: _driver.Driver | None = None
         self._fork_generation = _fork.generation()  # another one later: made before a fork()
         self._next_token = 1
-        # a context: (handle, driver id), as the events it made are kept
         # (ctx, stream, thread) -> deque of (token, event, ctx), in record order
-        self._lanes: dict[tuple[tuple[int, int], int, int], deque[tuple[int, int, tuple[int, int]]]] = {}
+        self._lanes: dict[tuple[int, int, int], deque[tuple[int, int, int]]] = {}
         # lane key, or token of an event watch -> [since, next, step] (ns): its head became head at
         # since, is asked next at next, planned by an interval of step
         self._plans: dict[object, list[int]] = {}
@@ -122,9 +122,9 @@ class PollBackend:
         self._lane_of: dict[int, tuple[int, int, int]] = {}
         self._events: dict[int, int] = {}  # token -> caller's event
         self._done: list[tuple[int, int]] = []
-        self._retiring: list[tuple[int, tuple[int, int]]] = []  # (event, ctx) of cancelled watches
-        self._pool: dict[tuple[int, int], list[int]] = {}  # ctx -> idle events
-        self._gone: set[tuple[int, int]] = set()  # contexts found destroyed: their events went with them
+        self._retiring: list[tuple[int, int]] = []  # (event, ctx) of cancelled watches
+        self._pool: dict[int, list[int]] = {}  # ctx -> idle events
+        self._held: dict[int, int] = {}  # ctx -> the device whose primary context this is (held), else -1
         self._nevents = 0
         self._signalled = False
         self._closed = False
@@ -149,32 +149,30 @@ class PollBackend:
             drv.init()
         return drv
 
-    def _take_event(self, drv: _driver.Driver, ctx: tuple[int, int]) -> int:
+    def _take_event(self, drv: _driver.Driver, ctx: int) -> int:
         pool = self._pool.get(ctx)
         if pool:
             return pool.pop()
-        for old in [c for c in self._pool if c[0] == ctx[0] and c != ctx]:  # a context at this address before
-            self._gone.add(old)
-            for ev in self._pool.pop(old):
-                self._destroy_event(ev, old)
+        if ctx not in self._held:
+            self._held[ctx] = drv.hold_if_primary(ctx)
         ev = c_void_p()
-        with drv.current(ctx[0]):
+        with drv.current(ctx):
             _driver.check(drv.cuEventCreate(byref(ev), _driver.CU_EVENT_DISABLE_TIMING), "cuEventCreate")  # type: ignore[attr-defined]
         self._nevents += 1
         _count("events", 1)
         return ev.value or 0
 
-    def _destroy_event(self, ev: int, ctx: tuple[int, int]) -> None:
-        if self._drv is not None and ctx not in self._gone and not _fork.forbidden():
-            self._drv.cuEventDestroy(ev)  # type: ignore[attr-defined]
+    def _destroy_event(self, ev: int) -> None:
+        if self._drv is not None and not _fork.forbidden():
+            self._drv.cuEventDestroy(ev)  # type: ignore[attr-defined]  # errors: the context is gone
         self._nevents -= 1
         _count("events", -1)
 
-    def _give_event(self, ev: int, ctx: tuple[int, int], status: int) -> None:
-        if status == 0 and not self._closed and ctx not in self._gone:
+    def _give_event(self, ev: int, ctx: int, status: int) -> None:
+        if status == 0 and not self._closed:
             self._pool.setdefault(ctx, []).append(ev)
         else:
-            self._destroy_event(ev, ctx)
+            self._destroy_event(ev)
 
     def _token(self) -> int:
         token = self._next_token
@@ -188,14 +186,13 @@ class PollBackend:
 
     def watch_stream(self, handle: int) -> int:
         drv = self._get_driver()
-        handle_ctx = drv.stream_ctx(handle)
-        ctx = (handle_ctx, drv.ctx_id(handle_ctx))
+        ctx = drv.stream_ctx(handle)
         ev = self._take_event(drv, ctx)
-        with drv.current(handle_ctx):
+        with drv.current(ctx):
             res = drv.cuEventRecord(ev, handle)  # type: ignore[attr-defined]
             sid = drv.stream_key(handle)  # not the handle: a new stream may get a destroyed one's
         if res != 0:
-            self._destroy_event(ev, ctx)
+            self._destroy_event(ev)
             raise CudaError(res, where="cuEventRecord on the stream")
         token = self._token()
         key = (ctx, sid, threading.get_ident() if handle == _PER_THREAD_STREAM else 0)
@@ -436,13 +433,18 @@ class PollBackend:
             return
         self._closed = True
         for lane in self._lanes.values():
-            for _token, ev, ctx in lane:
-                self._destroy_event(ev, ctx)
-        for ev, ctx in self._retiring:
-            self._destroy_event(ev, ctx)
-        for ctx, pool in self._pool.items():
+            for _token, ev, _ctx in lane:
+                self._destroy_event(ev)
+        for ev, _ctx in self._retiring:
+            self._destroy_event(ev)
+        for pool in self._pool.values():
             for ev in pool:
-                self._destroy_event(ev, ctx)
+                self._destroy_event(ev)
+        if self._drv is not None and not _fork.forbidden():
+            for dev in self._held.values():
+                if dev >= 0:
+                    self._drv.cuDevicePrimaryCtxRelease(dev)  # type: ignore[attr-defined]
+        self._held.clear()
         self._lanes.clear()
         self._lane_of.clear()
         self._plans.clear()
