@@ -36,6 +36,29 @@ def _devices() -> int:
 two = pytest.mark.skipif(REAL and _devices() < 2, reason="needs two CUDA devices (this machine has fewer)")
 
 
+def _retain_primaries(drv) -> list[int]:
+    """Devices 0 and 1's primary contexts, held as a framework holds them."""
+    ctxs = []
+    for ordinal in (0, 1):
+        c = ctypes.c_void_p()
+        _driver.check(drv.cuDevicePrimaryCtxRetain(ctypes.byref(c), ordinal))
+        ctxs.append(c.value)
+    return ctxs
+
+
+def _release_primaries(drv, ctxs: list[int], events=()) -> None:
+    """After a test: its work waited for, ``events`` destroyed, the contexts released."""
+    for c in ctxs:
+        with drv.pushed(c):
+            drv.cuCtxSynchronize()
+    for ev in events:
+        drv.cuEventDestroy(ev)
+    release_idle()
+    for ordinal, c in enumerate(ctxs):
+        _kernels.forget(c)
+        drv.cuDevicePrimaryCtxRelease(ordinal)
+
+
 def _current() -> int:
     return _driver.get().current_ctx()
 
@@ -114,11 +137,8 @@ def test_device_1s_default_stream_and_events(loop_flavor, framework):
     device 1's default stream is idle, and device 0's context is current again after it."""
     drv = _driver.get()
     drv.init()
-    ctxs, events = [], []
-    for ordinal in (0, 1):  # as a framework does: it holds each device's primary context
-        c = ctypes.c_void_p()
-        _driver.check(drv.cuDevicePrimaryCtxRetain(ctypes.byref(c), ordinal))
-        ctxs.append(c.value)
+    events: list[int] = []
+    ctxs = _retain_primaries(drv)  # as a framework does: it holds each device's primary context
 
     def target():
         if framework == "torch":
@@ -150,15 +170,7 @@ def test_device_1s_default_stream_and_events(loop_flavor, framework):
             assert drv.current_device() == 0
             run(loop_flavor, "event", body, prepare=False)
     finally:
-        for c in ctxs:
-            with drv.pushed(c):
-                drv.cuCtxSynchronize()
-        for ev in events:
-            drv.cuEventDestroy(ev)
-        release_idle()
-        for ordinal, c in enumerate(ctxs):
-            _kernels.forget(c)
-            drv.cuDevicePrimaryCtxRelease(ordinal)
+        _release_primaries(drv, ctxs, events)
 
 
 @two
@@ -169,11 +181,7 @@ def test_default_streams_of_two_devices_keep_their_own_order(loop_flavor, mech):
     long one, awaited first, still runs."""
     drv = _driver.get()
     drv.init()
-    ctxs = []
-    for ordinal in (0, 1):
-        c = ctypes.c_void_p()
-        _driver.check(drv.cuDevicePrimaryCtxRetain(ctypes.byref(c), ordinal))
-        ctxs.append(c.value)
+    ctxs = _retain_primaries(drv)
 
     def busy(ctx: int) -> bool:
         with drv.pushed(ctx):
@@ -202,13 +210,7 @@ def test_default_streams_of_two_devices_keep_their_own_order(loop_flavor, mech):
         assert seen == [True], "device 1's wait returned only after device 0's kernel had ended"
         assert cancelled, "device 0's wait returned before its kernel had ended"
     finally:
-        for c in ctxs:
-            with drv.pushed(c):
-                drv.cuCtxSynchronize()
-        release_idle()
-        for ordinal, c in enumerate(ctxs):
-            _kernels.forget(c)
-            drv.cuDevicePrimaryCtxRelease(ordinal)
+        _release_primaries(drv, ctxs)
 
 
 def _child(code: str, *args: str, **env: str) -> dict:
@@ -347,11 +349,7 @@ def test_a_fence_of_device_1s_default_stream_waits_for_device_1(mech):
     kernel runs, whatever the mechanism (syncfd's sync_file included)."""
     drv = _driver.get()
     drv.init()
-    ctxs = []
-    for ordinal in (0, 1):
-        c = ctypes.c_void_p()
-        _driver.check(drv.cuDevicePrimaryCtxRetain(ctypes.byref(c), ordinal))
-        ctxs.append(c.value)
+    ctxs = _retain_primaries(drv)
     try:
         with drv.current(ctxs[0]):
             with drv.pushed(ctxs[1]):
@@ -365,10 +363,4 @@ def test_a_fence_of_device_1s_default_stream_waits_for_device_1(mech):
                 assert still_running and not readable and not done, (still_running, readable, done)
                 assert f.wait(timeout=30)
     finally:
-        for c in ctxs:
-            with drv.pushed(c):
-                drv.cuCtxSynchronize()
-        release_idle()
-        for ordinal, c in enumerate(ctxs):
-            _kernels.forget(c)
-            drv.cuDevicePrimaryCtxRelease(ordinal)
+        _release_primaries(drv, ctxs)
