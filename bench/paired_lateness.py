@@ -28,7 +28,7 @@ from cudafd._bench import lateness
 from cudafd._bench.child import Progress
 p = {"loop": sys.argv[1], "methods": ["cudafd_default", "sleep0", "spin_floor"],
      "one_stream": [["1ms", 1e-3, 120], ["random", None, 120]], "random_s": [50e-6, 3000e-6],
-     "rounds": 3, "streams": [int(sys.argv[3])], "window_s": 0.4, "multi_rounds": 1, "history": None,
+     "rounds": 3, "streams": [int(sys.argv[3])], "window_s": 0.4, "multi_rounds": 1, "timed_every": 8, "history": None,
      "warmup": 3, "torch": True, "soft_s": 60, "hard_s": 90}
 out = lateness.run(p, Progress("paired", sys.argv[2], 90))
 rows = {}
