@@ -110,7 +110,7 @@ def _released_under_an_open_notifier(ordinal: int, mechanism: str) -> None:
     """The caller's last reference to a primary context goes while a Notifier
     that watched there is open: the context stays until the Notifier closes
     (its events and side streams live there), then goes. Retained again, it
-    has the old handle (as seen on an H200) and is a new context, and
+    has the old handle (as on an H100) and is a new context, and
     waits there use nothing of the old one."""
     drv = _driver.get()
     drv.init()

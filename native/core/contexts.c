@@ -30,11 +30,13 @@
  * record is made, released when it is freed), so a caller that releases the
  * primary context while a notifier is open, or while side streams are kept,
  * does not destroy it under cudafd's events and streams: their handles would
- * be dead, and a real driver may crash on a dead handle. The reference also
- * keeps the context's handle meaning that context: a primary context
- * retained again after its last release destroyed it has the old one's handle
- * (seen on an H200; bench/ctx_reuse.py asks), so a pool kept past that would
- * hand the new context the old one's dead events. A context the caller
+ * be dead, and cuEventRecord, cuEventQuery and cuEventDestroy of an event of
+ * a destroyed context each crashed the process (SIGSEGV, an H100 with driver
+ * 580, bench/ctx_reuse.py). The reference also keeps the context's handle
+ * meaning that context: a primary context retained again after its last
+ * release destroyed it has the old one's handle and a new cuCtxGetId (the
+ * same run), so a pool kept past that would hand the new context the old
+ * one's dead events. A context the caller
  * created and destroys itself cannot be kept alive so: close the notifiers
  * that watched in it and cudafd_release_idle first (cudafd.h says so). A
  * kept pool's next use still asks the driver about one of its streams
@@ -114,7 +116,7 @@ int cfd_event_create(CUevent *ev)
 
 void cfd_event_destroy(CUevent ev)
 {
-    cu.cuEventDestroy(ev); /* an error here (context gone) leaves nothing to free */
+    cu.cuEventDestroy(ev); /* its context is alive: a dead event would crash the driver (file comment) */
     cfd_count(ST_EVENTS, -1);
 }
 
@@ -396,24 +398,16 @@ int cfd_record(cfd_ctx *cx, CUstream stream, CUevent taken, CUevent *out)
         ev = cfd_ctx_take_event(cx);
         pthread_mutex_unlock(&g.mu);
     }
-    bool pooled = ev != NULL;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        if (!ev) {
-            int rc = cfd_event_create(&ev);
-            if (rc != CUDAFD_OK)
-                return rc;
-        }
-        CUresult r = cu.cuEventRecord(ev, stream);
-        if (r == CUDA_SUCCESS) {
-            *out = ev;
-            return CUDAFD_OK;
-        }
-        cfd_event_destroy(ev);
-        ev = NULL;
-        /* A pooled event can be stale when its context was destroyed and a new
-         * one took its address: retry once with a fresh event. */
-        if (!(pooled && attempt == 0 && r == CUDA_ERROR_INVALID_HANDLE))
-            return cfd_fail_cuda(r, "cuEventRecord on the stream");
+    if (!ev) {
+        int rc = cfd_event_create(&ev);
+        if (rc != CUDAFD_OK)
+            return rc;
     }
-    return cfd_fail(CUDAFD_E_CUDA, "cuEventRecord failed");
+    CUresult r = cu.cuEventRecord(ev, stream);
+    if (r != CUDA_SUCCESS) {
+        cfd_event_destroy(ev);
+        return cfd_fail_cuda(r, "cuEventRecord on the stream");
+    }
+    *out = ev;
+    return CUDAFD_OK;
 }

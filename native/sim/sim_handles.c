@@ -10,11 +10,11 @@
  * (an H200: 20 of 20 times, bench/handle_reuse.py), so here a new stream
  * takes the last destroyed stream's handle too. And a device's primary
  * context has one handle for the process's life: retained again after its
- * last release destroyed it, the new one has the old one's handle, as seen
- * on an H200 (bench/ctx_reuse.py asks); the slot is parked meanwhile.
- * A handle of an object that died with its context (an event) stays known
- * as such, so that a later call given it is counted: a real driver may
- * crash on one. Made-up values fail the type,
+ * last release destroyed it, the new one has the old one's handle, as on an
+ * H100 (bench/ctx_reuse.py); the slot is parked meanwhile. A handle of an
+ * object that died with its context (an event) stays known as such, so that
+ * a later call given it is counted: on that H100 cuEventRecord, cuEventQuery
+ * and cuEventDestroy of one each crashed the process (SIGSEGV). Made-up values fail the type,
  * bounds or generation check. Generations start at 1, so no handle is 0,
  * CU_STREAM_LEGACY (1) or CU_STREAM_PER_THREAD (2). Called with sim.lock held.
  */
