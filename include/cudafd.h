@@ -233,8 +233,12 @@ void cudafd_notifier_destroy(cudafd_notifier *n);
  * crash on.
  * This call destroys them, with the records of their contexts and the
  * references, when no notifier is open (else it does nothing: they are in
- * use). Call it before destroying a context of your own, or to see every
- * live count at zero. Returns how many streams it destroyed (CUDAFD_E_STATE
+ * use); it first waits for the event poller to let go of the closed
+ * notifiers' waits, which it may be asking about at that moment, so that no
+ * event is asked about after it returns (hostfunc waits whose host function
+ * has not run yet are still asked about by the watchdog until it runs). Call
+ * it before destroying a context of your own, or to see every live count at
+ * zero. Returns how many streams it destroyed (CUDAFD_E_STATE
  * in a child forked after the driver loaded: the streams are the parent's). */
 int cudafd_release_idle(void);
 

@@ -12,6 +12,7 @@ struct cfd_global g = {
     .poller_tfd = -1,
     .watchdog_cv = PTHREAD_COND_INITIALIZER,
     .fill_cv = PTHREAD_COND_INITIALIZER,
+    .poller_gone_cv = PTHREAD_COND_INITIALIZER,
     .watchdog_ns = 10 * 1000 * 1000,
     .max_lateness_ns = CUDAFD_MAX_LATENESS_DEFAULT_NS,
 };

@@ -235,6 +235,7 @@ struct cfd_global {
     /* poller */
     int poller_tfd;        /* the timerfd it sleeps on while it runs (counted as an eventfd) */
     bool poller_running, poller_sleeping;
+    pthread_cond_t poller_gone_cv; /* the poller left (cudafd_release_idle waits for it) */
     int64_t poller_wake_at; /* while sleeping: when its timer fires (INT64_MAX: never) */
     /* hostfunc */
     pthread_cond_t watchdog_cv;

@@ -187,6 +187,14 @@ CFD_API int cudafd_release_idle(void)
     if (forked != CUDAFD_OK)
         return forked;
     pthread_mutex_lock(&g.mu);
+    /* With no notifier open the poller drops every wait and leaves; it may be
+     * asking about a closed notifier's wait right now, unlocked: once it has
+     * left, no event of the caller's contexts is asked about again, so the
+     * caller can destroy one (a real driver crashes on a dead event). */
+    if (g.nopen == 0 && g.poller_running)
+        cfd_wake_poller();
+    while (g.nopen == 0 && g.poller_running)
+        pthread_cond_wait(&g.poller_gone_cv, &g.mu);
     int64_t before = g.stat[ST_STREAMS];
     if (g.nopen == 0 && !g.probing) {
         cfd_retire_side_streams_locked();

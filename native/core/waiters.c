@@ -416,6 +416,7 @@ static void *poller_main(void *arg)
         }
     }
     g.poller_running = false;
+    pthread_cond_broadcast(&g.poller_gone_cv);
     close_poller_timer();
     cfd_syncfd_close_pollfd_locked();
     cfd_thread_exit_locked();

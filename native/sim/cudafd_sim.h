@@ -101,6 +101,9 @@ void cudafdsim_fail_next_signal(CUresult r);
 /* Make the next cuLaunchHostFunc sleep ns before it enqueues, as a real one
  * blocks while the driver's host notifications are spent. */
 void cudafdsim_delay_next_host_launch(uint64_t ns);
+/* Make the next cuEventQuery sleep ns before it looks at its event, as a
+ * thread descheduled inside the call would. */
+void cudafdsim_delay_next_query(uint64_t ns);
 
 /* Live counts, for leak checks: 0 contexts (created, not destroyed; primary
  * contexts count while retained), 1 streams, 2 events, 3 queued operations,

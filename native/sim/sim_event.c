@@ -156,10 +156,28 @@ SIM_API CUresult cuEventRecord(CUevent event, CUstream stream)
     return rc;
 }
 
+static uint64_t query_delay_ns; /* sim.lock */
+
+SIM_API void cudafdsim_delay_next_query(uint64_t ns)
+{
+    pthread_mutex_lock(&sim.lock);
+    query_delay_ns = ns;
+    pthread_mutex_unlock(&sim.lock);
+}
+
 SIM_API CUresult cuEventQuery(CUevent event)
 {
     SIM_CHECK_INIT();
     pthread_mutex_lock(&sim.lock);
+    uint64_t delay = query_delay_ns;
+    query_delay_ns = 0;
+    if (delay) { /* descheduled between the call and its look at the event */
+        pthread_mutex_unlock(&sim.lock);
+        struct timespec ts = {(time_t)(delay / 1000000000u), (long)(delay % 1000000000u)};
+        while (nanosleep(&ts, &ts) != 0)
+            ;
+        pthread_mutex_lock(&sim.lock);
+    }
     struct sim_event *e = sim_event_lookup_locked(event);
     CUresult rc = e ? state(e) : CUDA_ERROR_INVALID_HANDLE;
     pthread_mutex_unlock(&sim.lock);

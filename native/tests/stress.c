@@ -69,6 +69,7 @@ static int (*sim_stats)(int64_t *, int);
 static CUresult (*sim_primary_retain)(CUcontext *, CUdevice);
 static CUresult (*sim_primary_release)(CUdevice);
 static CUresult (*sim_primary_state)(CUdevice, unsigned int *, int *);
+static void (*sim_delay_next_query)(uint64_t);
 
 static void load_sim(void)
 {
@@ -86,6 +87,7 @@ static void load_sim(void)
     SYM(sim_primary_retain, "cuDevicePrimaryCtxRetain");
     SYM(sim_primary_release, "cuDevicePrimaryCtxRelease");
     SYM(sim_primary_state, "cuDevicePrimaryCtxGetState");
+    SYM(sim_delay_next_query, "cudafdsim_delay_next_query");
     SYM(sim_fail_next_signal, "cudafdsim_fail_next_signal");
     SYM(sim_delay_next_host_launch, "cudafdsim_delay_next_host_launch");
     SYM(sim_push, "cuCtxPushCurrent");
@@ -977,6 +979,32 @@ static void test_primary_released_under_a_notifier(int mech)
           (long long)(after[0] - before[0]), (long long)(after[2] - before[2]));
 }
 
+/* The poller is inside a query of a wait's event when the last notifier
+ * closes: cudafd_release_idle returns only once it has left, so the caller
+ * can then destroy the context without its event being asked about again. */
+static void test_release_idle_waits_for_the_poller(void)
+{
+    int64_t before[CUDAFDSIM_STAT_COUNT], after[CUDAFDSIM_STAT_COUNT];
+    sim_stats(before, CUDAFDSIM_STAT_COUNT);
+    CUcontext ctx = NULL;
+    sim_ctx_create(0, &ctx);
+    cudafd_notifier *n = NULL;
+    cudafd_notifier_create(CUDAFD_MECH_EVENT, &n);
+    CUstream s = new_stream(ctx);
+    sim_launch(s, 2000ull * 1000 * 1000, 0);
+    uint64_t t = 0;
+    CHECK(cudafd_watch_stream(n, (uintptr_t)s, &t) == CUDAFD_OK, "watch: %s", cudafd_last_error());
+    sim_delay_next_query(300 * 1000 * 1000);
+    usleep(50 * 1000); /* the poller is in that query now */
+    cudafd_notifier_destroy(n);
+    cudafd_release_idle();
+    sim_ctx_destroy(ctx);
+    usleep(400 * 1000); /* a query still under way would have looked by now */
+    sim_stats(after, CUDAFDSIM_STAT_COUNT);
+    CHECK(after[6] == before[6], "%lld calls given an event of a destroyed context after cudafd_release_idle",
+          (long long)(after[6] - before[6]));
+}
+
 static void check_counts_zero(void)
 {
     int64_t st[CUDAFD_STAT_COUNT];
@@ -1043,6 +1071,7 @@ int main(void)
     test_primary_released_after_a_failed_first_stream();
     for (int mech = CUDAFD_MECH_EVENT; mech <= CUDAFD_MECH_SPIN; mech++)
         test_primary_released_under_a_notifier(mech);
+    test_release_idle_waits_for_the_poller();
     /* the poller at its most eager (every wait asked about every microsecond)
      * and at a lazy budget (faults still surface, nothing stalls) */
     const int64_t budgets[] = {CUDAFD_MAX_LATENESS_MIN_NS, 20 * 1000 * 1000};
