@@ -35,13 +35,13 @@
  * 580, bench/ctx_reuse.py). The reference also keeps the context's handle
  * meaning that context: a primary context retained again after its last
  * release destroyed it has the old one's handle and a new cuCtxGetId (the
- * same run), so a pool kept past that would hand the new context the old
- * one's dead events. A context the caller
- * created and destroys itself cannot be kept alive so: close the notifiers
- * that watched in it and cudafd_release_idle first (cudafd.h says so). A
- * kept pool's next use still asks the driver about one of its streams
- * (cuStreamQuery) and drops them all if it does not know it, which is what
- * the simulator answers for a dead handle.
+ * same probe), so a pool kept past that would hand the new context the old
+ * one's dead events. A context the caller created and destroys itself cannot
+ * be kept alive so: close the notifiers that watched in it and
+ * cudafd_release_idle first (cudafd.h says so). A kept pool's next use still
+ * asks the driver about one of its streams (cuStreamQuery) and drops them all
+ * if it does not know it, which is what the simulator answers for a dead
+ * handle.
  *
  * Pool events are created with CU_EVENT_DISABLE_TIMING only: no timing keeps
  * a record as cheap as the driver allows, and they are not blocking-sync,

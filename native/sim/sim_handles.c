@@ -14,8 +14,8 @@
  * H100 (bench/ctx_reuse.py); the slot is parked meanwhile. A handle of an
  * object that died with its context (an event) stays known as such, so that
  * a later call given it is counted: on that H100 cuEventRecord, cuEventQuery
- * and cuEventDestroy of one each crashed the process (SIGSEGV). Made-up values fail the type,
- * bounds or generation check. Generations start at 1, so no handle is 0,
+ * and cuEventDestroy of one each crashed the process (SIGSEGV). Made-up
+ * values fail the type, bounds or generation check. Generations start at 1, so no handle is 0,
  * CU_STREAM_LEGACY (1) or CU_STREAM_PER_THREAD (2). Called with sim.lock held.
  */
 #include <stdlib.h>

@@ -278,5 +278,5 @@ class Event:
 
 def stats() -> dict[str, int]:
     """The simulator's live counts: contexts, streams, events, queued (operations), hostfuncs_run, kernels_run,
-    and dead_handle_calls: calls given an event that died with its context (a real driver may crash on one)."""
+    and dead_handle_calls: calls given an event that died with its context (a real driver crashes on one)."""
     return driver().sim.stats()  # type: ignore[union-attr]
