@@ -814,7 +814,7 @@ static void test_hostfunc_launch_order(CUcontext ctx)
     static cudafd_completion c[80];
     for (int round = 0; round < 8; round++) {
         uint64_t t, w1, w2;
-        sim_launch(fill, 5 * 1000 * 1000, 0);
+        sim_launch(fill, 100 * 1000 * 1000, 0); /* long enough to fill the budget on a loaded machine */
         for (fillers = 0; fillers < 64 && cudafd_stats(st, CUDAFD_STAT_COUNT) && st[7] < 16;) /* the core's budget */
             fillers += cudafd_watch_stream(n, (uintptr_t)fill, &t) == CUDAFD_OK;
         sim_launch(s, 1000 * 1000, 0);
