@@ -130,7 +130,8 @@ int cudafd_notifier_create(int mechanism, cudafd_notifier **out);
 int cudafd_notifier_fd(const cudafd_notifier *n);
 /* The notifier's max_lateness for its later watches, in ns, within
  * [CUDAFD_MAX_LATENESS_MIN_NS, CUDAFD_MAX_LATENESS_MAX_NS] (CUDAFD_E_INVALID
- * otherwise). New notifiers take CUDAFD_OPT_MAX_LATENESS_NS. */
+ * otherwise). New notifiers take CUDAFD_OPT_MAX_LATENESS_NS. CUDAFD_E_CLOSED
+ * once n is closed. */
 int cudafd_notifier_set_max_lateness(cudafd_notifier *n, int64_t ns);
 /* Ask now, on the calling thread, whether the wait of `token` (pending on
  * an event or spin notifier) is over: one cuEventQuery. Returns 1 when it
@@ -150,7 +151,8 @@ int cudafd_ask_token(cudafd_notifier *n, uint64_t token, int64_t *status);
  * (cudafd_ask_token at every pass) while they wait (on: nonzero): its waits
  * watched from now on are asked by the poller only every max(max_lateness,
  * 10 ms) (a backstop), so the poller does not spin on them; off: they spin
- * again. CUDAFD_E_INVALID for another mechanism. */
+ * again. CUDAFD_E_INVALID for another mechanism, CUDAFD_E_CLOSED once n is
+ * closed. */
 int cudafd_notifier_set_asking(cudafd_notifier *n, int on);
 /* Make now every stream the notifier's waits in `stream`'s context may need
  * later (side streams: hostfunc points, waits on events), so that no later
@@ -202,7 +204,11 @@ int cudafd_watch_event_fence(cudafd_notifier *n, uintptr_t event, uint64_t *toke
  * device, module, attributes, reconcile, syncpoint, import, signal, extract,
  * fence, pollfd, trigger, poll. Valid for the life of the process. */
 const char *cudafd_syncfd_report(void);
-/* Detach a pending wait: it will not be reported. The GPU work is unaffected. */
+/* Detach a pending wait: it will not be reported, and the event poller lets
+ * it go at its next round instead of asking about it until its work ends.
+ * The GPU work is unaffected. CUDAFD_E_UNKNOWN_TOKEN if the token is not
+ * pending on n (reported already, or cancelled), CUDAFD_E_CLOSED once n is
+ * closed (its waits are detached then). */
 int cudafd_cancel(cudafd_notifier *n, uint64_t token);
 /* Move up to `max` completions into out[]; returns how many (>= 0), or
  * CUDAFD_E_CLOSED once the notifier is closed and nothing is queued. */
@@ -228,18 +234,21 @@ void cudafd_notifier_destroy(cudafd_notifier *n);
  * while a notifier is open that watched there, or side streams are kept
  * there, so releasing the primary context does not destroy cudafd's events
  * and streams under it; it goes once they do. A context of your own cannot
- * be held so: destroying it while a notifier that watched there is open, or
- * its side streams are kept, leaves dead handles, which a real driver may
- * crash on.
- * This call destroys them, with the records of their contexts and the
- * references, when no notifier is open (else it does nothing: they are in
- * use); it first waits for the event poller to let go of the closed
- * notifiers' waits, which it may be asking about at that moment, so that no
- * event is asked about after it returns (hostfunc waits whose host function
- * has not run yet are still asked about by the watchdog until it runs). Call
- * it before destroying a context of your own, or to see every live count at
- * zero. Returns how many streams it destroyed (CUDAFD_E_STATE
- * in a child forked after the driver loaded: the streams are the parent's). */
+ * be held so: destroying it while cudafd has a wait, events or side streams
+ * there leaves dead handles, which a real driver crashes on.
+ * This call first waits for the event poller to let go of the waits of
+ * closed notifiers and of cancelled ones (it may be asking about one at that
+ * moment), so that none is asked about after it returns (hostfunc waits whose
+ * host function has not run yet are still asked about by the watchdog until
+ * it runs). It then destroys the idle events and side streams, the records
+ * and the primary-context references of every context with no wait in
+ * flight; with no notifier open, the idle events of the others too. So to
+ * destroy a context of your own: let its waits end (or cancel them, or close
+ * their notifiers), call this, then destroy it. Also call it to see every
+ * live count at zero. A later watch in a context it let go of makes its
+ * events and side streams again. Returns how many streams it destroyed
+ * (CUDAFD_E_STATE in a child forked after the driver loaded: the streams are
+ * the parent's). */
 int cudafd_release_idle(void);
 
 /* Live counts, by index (stable within an ABI version):

@@ -316,8 +316,8 @@ def prepare(stream: Stream, mechanism: str) -> None:
 
 
 def release_idle() -> int:
-    """Destroy the side streams the core keeps for later notifiers (when no
-    Notifier is open): cudafd_release_idle. 0 where the core is not loaded."""
+    """Destroy the side streams and events the core keeps in the contexts with no
+    wait in flight: cudafd_release_idle. 0 where the core is not loaded."""
     lib = _lib.loaded()
     return lib.cudafd_release_idle() if lib is not None else 0
 

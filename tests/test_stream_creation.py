@@ -131,12 +131,17 @@ def test_one_shot_hostfunc_fences_make_no_stream_under_load(dev):
 
 
 def test_kept_side_streams_are_released_on_request(dev):
+    """cudafd_release_idle lets go of the side streams of a context with no wait
+    in flight, with Notifiers open or not, and keeps those of one with a wait."""
     s = dev.stream()
     with cudafd.fence(s, "hostfunc") as f:
         assert f.wait(10)
     assert cudafd.stats()["streams"] >= 32
+    s.launch(2.0)
+    with cudafd.fence(s, "hostfunc") as f:
+        assert release_idle() == 0, "released side streams while a wait was in flight in their context"
+        assert f.wait(30)
     with cudafd.Notifier("hostfunc"):
-        assert release_idle() == 0, "released side streams while a Notifier was open"
-    assert release_idle() >= 32
+        assert release_idle() >= 32, "kept the side streams of a context with no wait in flight"
     assert cudafd.stats()["streams"] == 0
     assert cudafd.stats()["contexts"] == 0

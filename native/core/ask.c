@@ -49,9 +49,11 @@ CFD_API int cudafd_notifier_set_asking(cudafd_notifier *n, int on)
     if (n->mech != CUDAFD_MECH_SPIN)
         return cfd_fail(CUDAFD_E_INVALID, "only a spin notifier's waits can be left to its caller's asks");
     pthread_mutex_lock(&g.mu);
-    n->asking = on != 0;
+    bool closed = n->closed;
+    if (!closed)
+        n->asking = on != 0;
     pthread_mutex_unlock(&g.mu);
-    return CUDAFD_OK;
+    return closed ? cfd_closed_error() : CUDAFD_OK;
 }
 
 int cfd_lane_kind(const cudafd_notifier *n)
@@ -89,7 +91,7 @@ CFD_API int cudafd_ask_token(cudafd_notifier *n, uint64_t token, int64_t *status
     cfd_wait *w = closed ? NULL : pending_on(n, token);
     if (!w) {
         pthread_mutex_unlock(&g.mu);
-        return closed ? cfd_fail(CUDAFD_E_CLOSED, "the notifier is closed") : not_pending(token);
+        return closed ? cfd_closed_error() : not_pending(token);
     }
     CUevent ev = w->ev;
     CUcontext ctx = w->cx->ctx;

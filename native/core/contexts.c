@@ -37,8 +37,8 @@
  * release destroyed it has the old one's handle and a new cuCtxGetId (the
  * same probe), so a pool kept past that would hand the new context the old
  * one's dead events. A context the caller created and destroys itself cannot
- * be kept alive so: close the notifiers that watched in it and
- * cudafd_release_idle first (cudafd.h says so). A kept pool's next use still
+ * be kept alive so: its waits end (or are dropped) and cudafd_release_idle
+ * frees its record first (cfd_release_unused_locked; cudafd.h says so). A kept pool's next use still
  * asks the driver about one of its streams (cuStreamQuery) and drops them all
  * if it does not know it, which is what the simulator answers for a dead
  * handle.
@@ -190,17 +190,16 @@ static void retire(cfd_ctx *cx)
         cx->side.kept = true;
 }
 
-void cfd_quiesce_locked(void)
+/* Retire the idle events of each record (of those no wait refers to, if
+ * `unused_only`) and free the records left with no waits and no streams,
+ * dropping their references to primary contexts. */
+static void retire_records(bool unused_only)
 {
-    if (g.nopen > 0 || g.probing) /* the watchdog may be querying pooled events */
-        return;
-    for (int i = 0; i < g.ngrave; i++)
-        cfd_event_destroy(g.graveyard[i]);
-    g.ngrave = 0;
     cfd_ctx **link = &g.contexts;
     while (*link) {
         cfd_ctx *cx = *link;
-        retire(cx);
+        if (!unused_only || cx->nwaits == 0)
+            retire(cx);
         if (cx->nwaits == 0 && !has_streams(&cx->side)) {
             if (cx->primary == 2)
                 cu.cuDevicePrimaryCtxRelease(cx->pdev);
@@ -213,6 +212,26 @@ void cfd_quiesce_locked(void)
             link = &cx->next;
         }
     }
+}
+
+void cfd_release_unused_locked(void)
+{
+    if (g.probing)
+        return;
+    for (cfd_ctx *cx = g.contexts; cx; cx = cx->next)
+        if (cx->nwaits == 0)
+            retire_streams(&cx->side);
+    retire_records(true);
+}
+
+void cfd_quiesce_locked(void)
+{
+    if (g.nopen > 0 || g.probing) /* the watchdog may be querying pooled events */
+        return;
+    for (int i = 0; i < g.ngrave; i++)
+        cfd_event_destroy(g.graveyard[i]);
+    g.ngrave = 0;
+    retire_records(false);
     if (!g.contexts) {
         free(g.graveyard);
         g.graveyard = NULL;

@@ -187,7 +187,7 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, ui
     pthread_mutex_lock(&g.mu);
     cfd_wait *w = NULL;
     if (n->closed)
-        rc = cfd_fail(CUDAFD_E_CLOSED, "the notifier is closed");
+        rc = cfd_closed_error();
     else if (!(w = cfd_wait_new(n, cx, ev)))
         rc = cfd_fail(CUDAFD_E_NOMEM, "out of memory for a wait");
     else { /* the wait holds the side stream now */

@@ -91,6 +91,9 @@ void cfd_ctx_give_event(cfd_ctx *cx, CUevent ev); /* g.mu held; the event is idl
 void cfd_ctx_release(cfd_ctx *cx);                /* g.mu held; drops one nwaits */
 void cfd_quiesce_locked(void);                    /* g.mu held: retire idle pools if nothing is open (side streams stay) */
 void cfd_retire_side_streams_locked(void);        /* g.mu held: every idle side stream goes */
+/* g.mu held, notifiers open: the records no wait refers to go, with their
+ * events, side streams and primary-context references (not while probing). */
+void cfd_release_unused_locked(void);
 void cfd_probe_begin(void);                       /* g.mu held: keep events and records alive while unlocked */
 void cfd_probe_end(void);                         /* g.mu held: ends a probe, retires what it kept alive */
 int cfd_event_create(CUevent *ev);                /* plain (contexts.c); counted; caller's context current */
@@ -124,6 +127,7 @@ typedef struct cfd_wait {
     bool side_wait_due;  /* hostfunc, put off: its side stream waits for ev only at the launch */
     bool fired;          /* hostfunc: its host function ran; the watchdog confirms ev before success */
     bool delivered;      /* its result was pushed to its notifier (a fault sweep may do so early) */
+    bool dropped;        /* let go of before its end (cfd_wait_drop): the poller takes it out of its lane */
     int8_t side;         /* the side stream it holds (cfd_side_stream, cx->side), or -1 */
     uintptr_t side_key;  /* the key it holds it for */
     cfd_syncpt sp;  /* syncfd: its point (sp.rec held through cfd_syncfd_hold_locked), else sp.rec NULL */
@@ -174,6 +178,11 @@ int cfd_record(cfd_ctx *cx, CUstream stream, CUevent taken, CUevent *out);
 cfd_wait *cfd_wait_new(struct cudafd_notifier *n, cfd_ctx *cx, CUevent ev); /* g.mu held; attached */
 void cfd_wait_discard(cfd_wait *w); /* undo cfd_wait_new before it was published; g.mu held */
 void cfd_wait_detach(cfd_wait *w);  /* from its notifier: it will not be reported; g.mu held */
+/* Its caller let go of w before its end (cancelled, its notifier closed):
+ * detached, and, if it is in a lane, marked for the poller to take out at
+ * its next round rather than ask about until the work ends (waiters.c).
+ * g.mu held. */
+void cfd_wait_drop(cfd_wait *w);
 /* The lane of (ctx, stream, thread, mech), created empty if new; NULL when out of memory. g.mu held. */
 cfd_lane *cfd_lane_get(CUcontext ctx, uintptr_t stream, uint64_t thread, int mech);
 
@@ -200,6 +209,7 @@ void cfd_notifier_signal(struct cudafd_notifier *n); /* make the eventfd readabl
  * driver: CUDA cannot be used there. */
 int cfd_fork_check(void);
 int cfd_inherited_error(void); /* CUDAFD_E_STATE: a notifier made before a fork(), used in the child */
+int cfd_closed_error(void);    /* CUDAFD_E_CLOSED: the notifier is closed */
 /* cudafd_drain's work (notifier.c): up to max queued completions into out,
  * clearing the fd once the queue is empty; CUDAFD_E_CLOSED once closed and
  * empty. Takes n->mu (inside g.mu if held). */
@@ -235,6 +245,8 @@ struct cfd_global {
     /* poller */
     int poller_tfd;        /* the timerfd it sleeps on while it runs (counted as an eventfd) */
     bool poller_running, poller_sleeping;
+    bool reap_due;         /* a wait in a lane was dropped (cfd_wait_drop): the next round takes it out */
+    uint64_t reaps;        /* rounds that took dropped waits out (cudafd_release_idle waits for one) */
     pthread_cond_t poller_gone_cv; /* the poller left (cudafd_release_idle waits for it) */
     int64_t poller_wake_at; /* while sleeping: when its timer fires (INT64_MAX: never) */
     /* hostfunc */

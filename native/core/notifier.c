@@ -69,10 +69,14 @@ CFD_API int cudafd_notifier_set_max_lateness(cudafd_notifier *n, int64_t ns)
         return cfd_fail(CUDAFD_E_INVALID, "max_lateness %lld ns is outside [%lld, %lld]", (long long)ns,
                         (long long)CUDAFD_MAX_LATENESS_MIN_NS, (long long)CUDAFD_MAX_LATENESS_MAX_NS);
     pthread_mutex_lock(&g.mu);
-    n->max_lateness = ns;
+    bool closed = n->closed;
+    if (!closed)
+        n->max_lateness = ns;
     pthread_mutex_unlock(&g.mu);
-    return CUDAFD_OK;
+    return closed ? cfd_closed_error() : CUDAFD_OK;
 }
+
+int cfd_closed_error(void) { return cfd_fail(CUDAFD_E_CLOSED, "the notifier is closed"); }
 
 /* A notifier made before a fork(), used in the child: its waits are the
  * parent's (fork.c). */
@@ -98,7 +102,7 @@ int cfd_notifier_take(cudafd_notifier *n, cudafd_completion *out, int max)
     pthread_mutex_lock(&n->mu);
     int rc;
     if (n->closed && n->qlen == 0) {
-        rc = cfd_fail(CUDAFD_E_CLOSED, "the notifier is closed");
+        rc = cfd_closed_error();
     } else {
         size_t take = n->qlen < (size_t)max ? n->qlen : (size_t)max;
         memcpy(out, n->q + n->qhead, take * sizeof *out);
@@ -195,11 +199,20 @@ CFD_API int cudafd_release_idle(void)
         cfd_wake_poller();
     while (g.nopen == 0 && g.poller_running)
         pthread_cond_wait(&g.poller_gone_cv, &g.mu);
+    /* With notifiers open, the poller takes the dropped waits (cancelled, of
+     * closed notifiers) out of its lanes at its next round: wait for it. */
+    uint64_t reaps = g.reaps;
+    if (g.nopen > 0 && g.reap_due && g.poller_running)
+        cfd_wake_poller();
+    while (g.nopen > 0 && g.reap_due && g.poller_running && g.reaps == reaps)
+        pthread_cond_wait(&g.poller_gone_cv, &g.mu);
     int64_t before = g.stat[ST_STREAMS];
     if (g.nopen == 0 && !g.probing) {
         cfd_retire_side_streams_locked();
         cfd_syncfd_release_idle_locked();
         cfd_quiesce_locked();
+    } else if (g.nopen > 0) {
+        cfd_release_unused_locked();
     }
     int released = (int)(before - g.stat[ST_STREAMS]);
     pthread_mutex_unlock(&g.mu);

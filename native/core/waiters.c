@@ -64,8 +64,11 @@
  * it queries unlocked stay valid. A lane's waits are therefore completed by
  * exactly one thread, in order.
  *
- * The poller starts with the first active lane and exits once no notifier
- * is open; the detached waits left then are dropped (drop_all).
+ * A wait its caller let go of (cancelled, or its notifier closed) is taken
+ * out of its lane at the next round (reap_dropped), not asked about until
+ * its work ends. The poller starts with the first active lane and exits
+ * once no notifier is open; the detached waits left then are dropped
+ * (drop_all).
  *
  * syncfd lanes (syncfd.c). The poller also sleeps on the host1x pollfd that
  * every syncfd point arms. When it wakes readable, every syncfd lane's head
@@ -300,6 +303,60 @@ static void drop_all(void)
     }
 }
 
+/* A lane's head went (popped, or dropped by reap_dropped) and another took
+ * its place: when to ask about the new one. */
+static void plan_new_head(cfd_lane *l, int64_t now)
+{
+    if (l->mech == CUDAFD_MECH_SPIN)
+        plan(l, now);
+    else if (l->mech == CUDAFD_MECH_SYNCFD) /* through host1x first, not the driver */
+        l->sync_due = true, plan(l, now);
+    else /* it may be over too: ask at once */
+        l->next_poll = now, l->step = 0;
+}
+
+/* Take the waits their callers let go of (cfd_wait_drop: cancelled, their
+ * notifier closed) out of the lanes, so that nothing asks about them until
+ * their work ends: a cancelled spin wait would keep the poller spinning, a
+ * long kernel's wait would keep it waking, and a caller that closed the
+ * notifiers that watched in a context may destroy it. Their events go with
+ * their records still pending, which the driver allows. Run at the start of
+ * a round, when no head is being asked about unlocked. The poller's own
+ * lanes: g.mu held. */
+static void reap_dropped(int64_t now)
+{
+    g.reap_due = false;
+    cfd_lane *next;
+    for (cfd_lane *l = active; l; l = next) {
+        next = l->lnext;
+        cfd_wait *prev = NULL, *w = l->head;
+        bool new_head = false;
+        while (w) {
+            cfd_wait *after = w->next;
+            if (w->dropped) {
+                if (prev)
+                    prev->next = after;
+                else
+                    l->head = after, new_head = true;
+                if (l->tail == w)
+                    l->tail = prev;
+                cfd_wait_complete(w, CUDA_ERROR_NOT_READY, false); /* not over: its event is destroyed */
+            } else {
+                prev = w;
+            }
+            w = after;
+        }
+        if (!l->head) {
+            retire_lane(l);
+        } else if (new_head) {
+            l->since = now;
+            plan_new_head(l, now);
+        }
+    }
+    g.reaps++;
+    pthread_cond_broadcast(&g.poller_gone_cv);
+}
+
 /* The lane after l in the active list, round from its end to its start;
  * NULL once that is `first`, where the round began. */
 static cfd_lane *round_next(cfd_lane *l, cfd_lane *first)
@@ -328,6 +385,8 @@ static void *poller_main(void *arg)
         if (g.nopen == 0 && active) /* every wait is detached: nobody will ask about them */
             drop_all();
         int64_t now = cfd_now_ns();
+        if (g.reap_due)
+            reap_dropped(now);
         int k = 0;
         int64_t next = INT64_MAX;
         /* Every lane, from where the last full snapshot stopped round to it, so
@@ -387,26 +446,15 @@ static void *poller_main(void *arg)
                     plan(l, now);
                     continue;
                 }
-                cfd_lane_pop(l, snap[i].r);
-                if (!l->head)
-                    retire_lane(l);
-                else
-                    l->sync_due = true, plan(l, now); /* the next head may have passed too */
-                continue;
-            }
-            if (snap[i].r == CUDA_ERROR_NOT_READY) {
+            } else if (snap[i].r == CUDA_ERROR_NOT_READY) {
                 plan(l, now);
                 continue;
             }
             cfd_lane_pop(l, snap[i].r); /* the next head's age counts from now */
             if (!l->head)
                 retire_lane(l);
-            else if (l->mech == CUDAFD_MECH_SPIN)
-                plan(l, now);
-            else if (l->mech == CUDAFD_MECH_SYNCFD) /* the next head through host1x, not the driver */
-                l->sync_due = true, plan(l, now);
-            else /* its next waits may be over too: ask again at once */
-                l->next_poll = now, l->step = 0;
+            else
+                plan_new_head(l, now);
         }
         if (nspin > 0) { /* spinning: no sleep, but let watchers take the lock */
             pthread_mutex_unlock(&g.mu);

@@ -121,10 +121,19 @@ void cfd_wait_detach(cfd_wait *w)
     n->nattached--;
 }
 
+void cfd_wait_drop(cfd_wait *w)
+{
+    cfd_wait_detach(w);
+    if (w->lane) { /* a lane's waits are the poller's to take out (waiters.c) */
+        w->dropped = true;
+        g.reap_due = true;
+    }
+}
+
 void cfd_detach_all(cudafd_notifier *n)
 {
     while (n->attached)
-        cfd_wait_detach(n->attached);
+        cfd_wait_drop(n->attached);
 }
 
 /* Report a wait's result to its notifier, if it still has one. */

@@ -39,7 +39,7 @@ static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t t
     cfd_lane *l = NULL;
     cfd_wait *w = NULL;
     if (n->closed)
-        rc = cfd_fail(CUDAFD_E_CLOSED, "the notifier is closed");
+        rc = cfd_closed_error();
     else if (!(l = cfd_lane_get(cx->ctx, stream, thread, cfd_lane_kind(n))) || !(w = cfd_wait_new(n, cx, ev)))
         rc = cfd_fail(CUDAFD_E_NOMEM, "out of memory for a wait");
     if (w) {
@@ -118,7 +118,7 @@ static void ctx_unhold(cfd_ctx *cx)
 static int enter_stream_ctx(cudafd_notifier *n, uintptr_t stream, CUcontext *ctx, bool *pushed)
 {
     if (__atomic_load_n(&n->closed, __ATOMIC_ACQUIRE))
-        return cfd_fail(CUDAFD_E_CLOSED, "the notifier is closed");
+        return cfd_closed_error();
     CUresult r = cu.cuStreamGetCtx((CUstream)stream, ctx);
     if (r != CUDA_SUCCESS)
         return cfd_fail_cuda(r, "cuStreamGetCtx (is this a live stream?)");
@@ -277,7 +277,7 @@ static int watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token, int
     if (!token || !event)
         return cfd_fail(CUDAFD_E_INVALID, "%s is NULL", token ? "event" : "token");
     if (__atomic_load_n(&n->closed, __ATOMIC_ACQUIRE))
-        return cfd_fail(CUDAFD_E_CLOSED, "the notifier is closed");
+        return cfd_closed_error();
     /* Events carry no query for their context: the caller's current context is
      * the one the waiters make current, and the one whose side stream waits. */
     CUcontext ctx = NULL;
@@ -356,11 +356,13 @@ CFD_API int cudafd_cancel(cudafd_notifier *n, uint64_t token)
     pthread_mutex_lock(&g.mu);
     cfd_wait *w = cfd_wait_lookup(token);
     int rc = CUDAFD_OK;
-    if (!w || w->n != n)
+    if (n->closed)
+        rc = cfd_closed_error();
+    else if (!w || w->n != n)
         rc = cfd_fail(CUDAFD_E_UNKNOWN_TOKEN, "token %llu is not pending on this notifier",
                       (unsigned long long)token);
     else
-        cfd_wait_detach(w); /* the poller sees it through: the GPU work goes on */
+        cfd_wait_drop(w); /* the GPU work goes on; the poller lets the wait go (waiters.c) */
     pthread_mutex_unlock(&g.mu);
     return rc;
 }

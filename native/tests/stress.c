@@ -392,6 +392,10 @@ static void test_close(int mech, CUcontext ctx)
     cudafd_completion c;
     CHECK(cudafd_drain(n, &c, 1) == CUDAFD_E_CLOSED, "drain after close");
     CHECK(cudafd_watch_stream(n, (uintptr_t)s, &t) == CUDAFD_E_CLOSED, "watch after close");
+    CHECK(cudafd_cancel(n, t) == CUDAFD_E_CLOSED, "cancel after close");
+    CHECK(cudafd_notifier_set_max_lateness(n, CUDAFD_MAX_LATENESS_DEFAULT_NS) == CUDAFD_E_CLOSED,
+          "max_lateness after close");
+    CHECK(mech != CUDAFD_MECH_SPIN || cudafd_notifier_set_asking(n, 1) == CUDAFD_E_CLOSED, "asking after close");
     CHECK(cudafd_notifier_pending(n) == 0, "nothing pending after close");
     cudafd_notifier_destroy(n);
     sim_stream_destroy(s);
@@ -789,9 +793,17 @@ static void test_side_streams_kept(void)
     cudafd_completion c[1];
     CHECK(cudafd_watch_stream(n, (uintptr_t)s, &t) == CUDAFD_OK && collect(n, c, 1, 20.0) == 1 && c[0].status == 0,
           "a wait in a new context beside a dead one's kept streams");
-    CHECK(cudafd_release_idle() == 0, "release_idle with a notifier open released streams in use");
+    /* With a notifier open, release_idle lets go of the streams of the
+     * contexts no wait is in flight in (the dead one's), not of the others. */
+    sim_launch(s, 500ull * 1000 * 1000, 0);
+    CHECK(cudafd_watch_stream(n, (uintptr_t)s, &t) == CUDAFD_OK, "a wait in flight");
+    int released = cudafd_release_idle();
+    cudafd_stats(st, CUDAFD_STAT_COUNT);
+    CHECK(released >= 32 && st[6] == 32, "release_idle with a wait in flight: %d released, %lld kept", released,
+          (long long)st[6]);
+    CHECK(collect(n, c, 1, 20.0) == 1 && c[0].status == 0, "the wait in flight completes");
     cudafd_notifier_destroy(n);
-    CHECK(cudafd_release_idle() >= 32, "release_idle destroyed no kept stream");
+    CHECK(cudafd_release_idle() == 32, "release_idle destroyed no kept stream");
     cudafd_stats(st, CUDAFD_STAT_COUNT);
     CHECK(st[6] == 0, "%lld side streams after release_idle", (long long)st[6]);
     sim_stream_destroy(s);
@@ -1005,6 +1017,58 @@ static void test_release_idle_waits_for_the_poller(void)
           (long long)(after[6] - before[6]));
 }
 
+/* A cancelled wait, and the waits of a notifier closed while another stays
+ * open, leave the poller's lanes at its next round (cudafd_release_idle waits
+ * for it), not when their work ends: nothing asks about them after that, a
+ * spin wait no longer keeps the poller spinning, and their context, with no
+ * wait left in it, can be destroyed once cudafd_release_idle has let go of
+ * its record. */
+static void test_dropped_waits_leave(int mech)
+{
+    int64_t before[CUDAFDSIM_STAT_COUNT], after[CUDAFDSIM_STAT_COUNT], st[CUDAFD_STAT_COUNT];
+    sim_stats(before, CUDAFDSIM_STAT_COUNT);
+    CUcontext mine = NULL, other = NULL;
+    sim_ctx_create(0, &mine);
+    sim_ctx_create(0, &other);
+    CUstream s = new_stream(mine), o = new_stream(other);
+    cudafd_notifier *stays = NULL, *n = NULL;
+    cudafd_notifier_create(CUDAFD_MECH_EVENT, &stays);
+    cudafd_notifier_create(mech, &n);
+    uint64_t t = 0, kept = 0;
+    sim_launch(o, 1000ull * 1000 * 1000, 0);
+    CHECK(cudafd_watch_stream(stays, (uintptr_t)o, &kept) == CUDAFD_OK, "a wait that stays");
+    sim_launch(s, 3000ull * 1000 * 1000, 0);
+    CHECK(cudafd_watch_stream(n, (uintptr_t)s, &t) == CUDAFD_OK, "mech %d: watch", mech);
+    CHECK(cudafd_cancel(n, t) == CUDAFD_OK, "mech %d: cancel", mech);
+    cudafd_release_idle();
+    cudafd_stats(st, CUDAFD_STAT_COUNT);
+    int64_t pending = st[3], queries = st[10];
+    usleep(50 * 1000);
+    cudafd_stats(st, CUDAFD_STAT_COUNT);
+    /* the wait that stays is asked at most every 100 us (the default budget's floor) */
+    CHECK(pending == 1 && st[10] - queries <= 600, "mech %d: after a cancel, %lld waits pending, %lld queries in 50 ms",
+          mech, (long long)pending, (long long)(st[10] - queries));
+    CHECK(cudafd_watch_stream(n, (uintptr_t)s, &t) == CUDAFD_OK, "mech %d: watch again", mech);
+    cudafd_stats(st, CUDAFD_STAT_COUNT);
+    int64_t contexts = st[5];
+    cudafd_notifier_destroy(n);
+    CHECK(cudafd_cancel(stays, t) == CUDAFD_E_UNKNOWN_TOKEN, "another notifier's token");
+    cudafd_release_idle();
+    cudafd_stats(st, CUDAFD_STAT_COUNT);
+    CHECK(st[3] == 1 && st[5] == contexts - 1, "mech %d: after the close, %lld waits pending, %lld records (%lld before)",
+          mech, (long long)st[3], (long long)st[5], (long long)contexts);
+    sim_ctx_destroy(mine); /* its work still running */
+    cudafd_completion c[1];
+    CHECK(collect(stays, c, 1, 20.0) == 1 && c[0].token == kept && c[0].status == 0, "the wait that stayed");
+    cudafd_notifier_destroy(stays);
+    cudafd_release_idle();
+    sim_stats(after, CUDAFDSIM_STAT_COUNT);
+    CHECK(after[6] == before[6], "mech %d: %lld calls given an event of a destroyed context", mech,
+          (long long)(after[6] - before[6]));
+    sim_stream_destroy(o);
+    sim_ctx_destroy(other);
+}
+
 static void check_counts_zero(void)
 {
     int64_t st[CUDAFD_STAT_COUNT];
@@ -1072,6 +1136,8 @@ int main(void)
     for (int mech = CUDAFD_MECH_EVENT; mech <= CUDAFD_MECH_SPIN; mech++)
         test_primary_released_under_a_notifier(mech);
     test_release_idle_waits_for_the_poller();
+    test_dropped_waits_leave(CUDAFD_MECH_EVENT);
+    test_dropped_waits_leave(CUDAFD_MECH_SPIN);
     /* the poller at its most eager (every wait asked about every microsecond)
      * and at a lazy budget (faults still surface, nothing stalls) */
     const int64_t budgets[] = {CUDAFD_MAX_LATENESS_MIN_NS, 20 * 1000 * 1000};

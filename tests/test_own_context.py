@@ -1,0 +1,125 @@
+"""A context of the caller's own, destroyed once its waits were let go of
+(cancelled, or their Notifier closed) and ``cudafd_release_idle`` returned,
+while another Notifier stays open: nothing of cudafd's reaches the driver
+with a handle of the dead context afterwards (a real driver crashes on one),
+and the open Notifier's wait completes."""
+from __future__ import annotations
+
+import ctypes
+import select
+import subprocess
+import sys
+import time
+
+import pytest
+from support import REAL, child_env, live_counts, release_idle, wait_for_zero_counts
+
+import cudafd
+from cudafd._core import driver as _driver
+from cudafd._core import kernels as _kernels
+
+# The mechanisms whose waits the core's poller asks about. A hostfunc wait
+# whose host function has not run is asked about by the watchdog until it
+# runs (cudafd.h, cudafd_release_idle); poll's events are the Notifier's own.
+POLLER_MECHANISMS = ("event", "spin")
+
+
+@pytest.mark.parametrize("how", ["cancel", "close"])
+@pytest.mark.parametrize("mechanism", POLLER_MECHANISMS)
+def test_an_own_context_destroyed_after_its_waits_were_let_go(mechanism, how):
+    if not REAL:
+        _destroy_after_letting_go(mechanism, how)
+        return
+    # On a GPU a handle of a destroyed context crashes the process: run it in one of its own.
+    code = f"import test_own_context as t; t._destroy_after_letting_go({mechanism!r}, {how!r}); print('ok')"
+    r = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "ok" in r.stdout, f"rc {r.returncode}: " + r.stdout[-2000:] + r.stderr[-2000:]
+
+
+class _OwnContext:
+    """A context the test creates and destroys itself, with one stream."""
+
+    def __init__(self) -> None:
+        self.drv = _driver.get()
+        self.drv.init()
+        if REAL:
+            self._cuda = ctypes.CDLL(self.drv.path)
+            ctx = ctypes.c_void_p()
+            _driver.check(self._cuda.cuCtxCreate_v2(ctypes.byref(ctx), 0, 0), "cuCtxCreate")
+            self.ctx = ctx.value
+            old = ctypes.c_void_p()
+            self.drv.cuCtxPopCurrent(ctypes.byref(old))  # cuCtxCreate made it current here
+        else:
+            self._sim = cudafd.sim.Device(0)
+            self.ctx = self._sim.context
+        s = ctypes.c_void_p()
+        with _driver.pushed(self.ctx):
+            _driver.check(self.drv.cuStreamCreate(ctypes.byref(s), 1))
+        self.stream = s.value
+
+    def destroy(self) -> None:
+        _kernels.forget(self.ctx)
+        if REAL:
+            self._cuda.cuCtxDestroy_v2.argtypes = [ctypes.c_void_p]
+            _driver.check(self._cuda.cuCtxDestroy_v2(self.ctx), "cuCtxDestroy")
+        else:
+            self._sim.close()
+
+
+def _completed(n: cudafd.Notifier, token: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        n.poll()
+        for t, err in n.drain():
+            if t == token:
+                assert err is None, err
+                return True
+        select.select([n.fileno()], [], [], 0.01)
+    return False
+
+
+def _destroy_after_letting_go(mechanism: str, how: str) -> None:
+    drv = _driver.get()
+    drv.init()
+    wait_for_zero_counts()
+    dead_before = drv.sim.stats()["dead_handle_calls"] if drv.sim else 0
+    other = cudafd.sim.Device(1) if drv.sim else None
+    if other is not None:
+        other_ctx = other.context
+    else:  # the GPU's primary context, as a framework's
+        primary = ctypes.c_void_p()
+        _driver.check(drv.cuDevicePrimaryCtxRetain(ctypes.byref(primary), 0))
+        other_ctx = primary.value
+    o = ctypes.c_void_p()
+    with _driver.pushed(other_ctx):
+        _driver.check(drv.cuStreamCreate(ctypes.byref(o), 1))
+    mine = _OwnContext()
+    with cudafd.Notifier("event") as stays:
+        _kernels.launch_spin(o.value, 2.0)
+        kept = stays.watch(o.value)
+        _kernels.launch_spin(mine.stream, 1.5)  # still running when its context goes
+        n = cudafd.Notifier(mechanism)
+        token = n.watch(mine.stream)
+        if how == "cancel":
+            n.cancel(token)
+        else:
+            n.close()
+        release_idle()  # waits for the poller to let the wait go, frees the context's record
+        counts = live_counts()
+        assert counts["pending"] == 1, f"the {how} left its wait pending: {counts}"
+        mine.destroy()
+        n.close()
+        del n
+        assert _completed(stays, kept, 30), "the open Notifier's wait never completed"
+    with _driver.pushed(other_ctx):
+        drv.cuStreamSynchronize(o.value)
+        drv.cuStreamDestroy(o.value)
+    if other is not None:
+        other.close()
+    else:
+        _kernels.forget(other_ctx)
+        drv.cuDevicePrimaryCtxRelease(0)
+    if drv.sim:
+        assert drv.sim.stats()["dead_handle_calls"] == dead_before, "an event of a destroyed context reached the driver"
+    left = wait_for_zero_counts()
+    assert not any(left.values()), left
