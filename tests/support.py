@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import gc
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -375,3 +376,15 @@ def child_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ, **extra)
     env["PYTHONPATH"] = os.pathsep.join([here, package_root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     return env
+
+
+def in_child(call: str, timeout: float = 120) -> None:
+    """Run ``call`` (a call of a function of this folder's modules, as
+    "test_x._body(0)") in a fresh Python process, and expect it to return:
+    on a GPU a handle of a destroyed context kills the process that uses it,
+    and a device's primary context is the test's alone only in a process of
+    its own."""
+    module = call.split(".", 1)[0]
+    code = f"import {module}; {call}; print('returned')"
+    r = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0 and "returned" in r.stdout, f"rc {r.returncode}: " + r.stdout[-2000:] + r.stderr[-2000:]

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import ctypes
 import select
-import subprocess
-import sys
 import time
 
 import pytest
-from support import REAL, child_env, live_counts, release_idle, wait_for_zero_counts
+from support import REAL, in_child, live_counts, release_idle, wait_for_zero_counts
 
 import cudafd
 from cudafd._core import driver as _driver
@@ -31,9 +29,7 @@ def test_an_own_context_destroyed_after_its_waits_were_let_go(mechanism, how):
         _destroy_after_letting_go(mechanism, how)
         return
     # On a GPU a handle of a destroyed context crashes the process: run it in one of its own.
-    code = f"import test_own_context as t; t._destroy_after_letting_go({mechanism!r}, {how!r}); print('ok')"
-    r = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and "ok" in r.stdout, f"rc {r.returncode}: " + r.stdout[-2000:] + r.stderr[-2000:]
+    in_child(f"test_own_context._destroy_after_letting_go({mechanism!r}, {how!r})")
 
 
 class _OwnContext:

@@ -7,11 +7,9 @@ event of the old context."""
 from __future__ import annotations
 
 import ctypes
-import subprocess
-import sys
 
 import pytest
-from support import MECHANISMS, REAL, child_env, first_watch, release_idle, wait_for_zero_counts
+from support import MECHANISMS, REAL, first_watch, in_child, release_idle, wait_for_zero_counts
 
 import cudafd
 from cudafd._core import driver as _driver
@@ -30,9 +28,7 @@ def test_side_streams_hold_their_primary_context():
         _side_streams_hold(ORDINAL)
         return
     # On a GPU the suite shares device 0's primary context: a fresh process, where nothing else holds it.
-    code = "import test_primary_context as t; t._side_streams_hold(0); print('held')"
-    r = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and "held" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    in_child("test_primary_context._side_streams_hold(0)")
 
 
 def _side_streams_hold(ordinal: int) -> None:
@@ -77,9 +73,7 @@ def test_a_primary_context_released_under_an_open_notifier(mechanism):
     if not REAL:
         _released_under_an_open_notifier(ORDINAL, mechanism)
         return
-    code = f"import test_primary_context as t; t._released_under_an_open_notifier(0, {mechanism!r}); print('ok')"
-    r = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and "ok" in r.stdout, f"rc {r.returncode}: " + r.stdout[-2000:] + r.stderr[-2000:]
+    in_child(f"test_primary_context._released_under_an_open_notifier(0, {mechanism!r})")
 
 
 def _stream(drv, ctx: int) -> int:
