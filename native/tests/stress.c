@@ -859,8 +859,10 @@ static void test_hostfunc_fault_during_launch(void)
     cudafd_notifier *n = NULL;
     cudafd_notifier_create(CUDAFD_MECH_HOSTFUNC, &n);
     CUstream s = new_stream(ctx);
-    sim_launch(s, 1000 * 1000, CUDA_ERROR_ILLEGAL_ADDRESS);
-    sim_delay_next_host_launch(100 * 1000 * 1000); /* past several watchdog periods */
+    /* its side streams made first: under load their making outlasted the kernel */
+    CHECK(cudafd_prepare(n, (uintptr_t)s) == CUDAFD_OK, "prepare: %s", cudafd_last_error());
+    sim_launch(s, 20 * 1000 * 1000, CUDA_ERROR_ILLEGAL_ADDRESS); /* faults after the watch's record */
+    sim_delay_next_host_launch(100 * 1000 * 1000); /* past several watchdog periods, and the fault */
     uint64_t t = 0;
     int rc = cudafd_watch_stream(n, (uintptr_t)s, &t);
     cudafd_completion c[2];
@@ -884,8 +886,9 @@ static void test_hostfunc_swept_during_launch(void)
     cudafd_notifier *n = NULL;
     cudafd_notifier_create(CUDAFD_MECH_HOSTFUNC, &n);
     CUstream s1 = new_stream(ctx), s2 = new_stream(ctx);
+    CHECK(cudafd_prepare(n, (uintptr_t)s1) == CUDAFD_OK, "prepare: %s", cudafd_last_error());
     uint64_t ta = 0, tw = 0;
-    sim_launch(s1, 20 * 1000 * 1000, CUDA_ERROR_ILLEGAL_ADDRESS);
+    sim_launch(s1, 50 * 1000 * 1000, CUDA_ERROR_ILLEGAL_ADDRESS);
     int ra = cudafd_watch_stream(n, (uintptr_t)s1, &ta);
     sim_delay_next_host_launch(300 * 1000 * 1000); /* past the fault of s1's kernel */
     int rw = cudafd_watch_stream(n, (uintptr_t)s2, &tw);
