@@ -23,8 +23,8 @@ def stats() -> dict[str, int]:
     live count returns to zero once all Notifiers are closed and drained,
     but ``streams`` and ``contexts``: a context's side streams, once made,
     are kept for later Notifiers until the process exits, so that those
-    make none (the C call ``cudafd_release_idle()`` destroys them when no
-    Notifier is open; docs/guide.md, "Many streams").
+    make none (the C call ``cudafd_release_idle()`` destroys those of every
+    context with no wait in flight; docs/guide.md, "Many streams").
     """
     out: dict[str, int] = {}
     lib = _lib.try_load()
