@@ -214,10 +214,20 @@ static void retire_records(bool unused_only)
     }
 }
 
+/* The events parked by the driver's callback thread (park_for_destruction:
+ * a pool that could not grow), of any context. */
+static void bury_graveyard(void)
+{
+    for (int i = 0; i < g.ngrave; i++)
+        cfd_event_destroy(g.graveyard[i]);
+    g.ngrave = 0;
+}
+
 void cfd_release_unused_locked(void)
 {
     if (g.probing)
         return;
+    bury_graveyard();
     for (cfd_ctx *cx = g.contexts; cx; cx = cx->next)
         if (cx->nwaits == 0)
             retire_streams(&cx->side);
@@ -228,9 +238,7 @@ void cfd_quiesce_locked(void)
 {
     if (g.nopen > 0 || g.probing) /* the watchdog may be querying pooled events */
         return;
-    for (int i = 0; i < g.ngrave; i++)
-        cfd_event_destroy(g.graveyard[i]);
-    g.ngrave = 0;
+    bury_graveyard();
     retire_records(false);
     if (!g.contexts) {
         free(g.graveyard);
