@@ -38,10 +38,10 @@
  * same probe), so a pool kept past that would hand the new context the old
  * one's dead events. A context the caller created and destroys itself cannot
  * be kept alive so: its waits end (or are dropped) and cudafd_release_idle
- * frees its record first (cfd_release_unused_locked; cudafd.h says so). A kept pool's next use still
- * asks the driver about one of its streams (cuStreamQuery) and drops them all
- * if it does not know it, which is what the simulator answers for a dead
- * handle.
+ * frees its record first (cfd_release_unused_locked; cudafd.h says so). A
+ * kept pool's next use still asks the driver about one of its streams
+ * (cuStreamQuery) and drops them all if it does not know it, which is what
+ * the simulator answers for a dead handle.
  *
  * Pool events are created with CU_EVENT_DISABLE_TIMING only: no timing keeps
  * a record as cheap as the driver allows, and they are not blocking-sync,

@@ -859,7 +859,7 @@ static void test_hostfunc_fault_during_launch(void)
     cudafd_notifier *n = NULL;
     cudafd_notifier_create(CUDAFD_MECH_HOSTFUNC, &n);
     CUstream s = new_stream(ctx);
-    /* its side streams made first: under load their making outlasted the kernel */
+    /* its side streams made first: on a loaded machine making them can outlast the kernel */
     CHECK(cudafd_prepare(n, (uintptr_t)s) == CUDAFD_OK, "prepare: %s", cudafd_last_error());
     sim_launch(s, 20 * 1000 * 1000, CUDA_ERROR_ILLEGAL_ADDRESS); /* faults after the watch's record */
     sim_delay_next_host_launch(100 * 1000 * 1000); /* past several watchdog periods, and the fault */
