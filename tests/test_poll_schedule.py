@@ -73,6 +73,33 @@ def test_a_new_wait_is_first_due_a_quarter_budget_after_its_watch(dev):
         n.close()
 
 
+def test_a_head_due_within_half_its_interval_is_asked_with_a_round_that_runs_anyway(dev):
+    """Heads due at nearby times share one wake: a round asks the heads due,
+    and those due within half of their interval; the others keep their plan.
+    The plans are set seconds apart, so a late thread changes nothing."""
+    streams = [dev.stream() for _ in range(3)]
+    with cudafd.Notifier("poll", max_lateness=10.0) as n:  # a first interval of 2.5 s
+        for s in streams:
+            s.launch(30.0)
+            n.watch(s)
+        backend = n._backend
+        plans = list(backend._plans.values())
+        assert len(plans) == 3 and all(p[2] == 2500 * MS for p in plans)
+        now = time.monotonic_ns()
+        due, near, far = plans
+        due[1] = now - 1  # due now
+        near[1] = now + 1000 * MS  # due in 1 s: within half of 2.5 s
+        far[1] = now + 2000 * MS  # due in 2 s: not within half of 2.5 s
+        far_due = far[1]
+        counter = _Counting(backend)
+        n.adapter_poll()
+        assert counter.calls == 2, "the due head and the one due within half its interval"
+        assert due[1] > now and near[1] > now + 1000 * MS, "both were asked: planned again from now"
+        assert far[1] == far_due, "the other keeps its plan"
+        assert backend._armed == min(p[1] for p in plans)
+        n.close()
+
+
 def test_a_long_wait_does_not_delay_a_short_one(dev):
     """Each stream's head is planned from its own age: a wait that has run for
     long is asked seldom, and a wait watched after it is still asked soon."""

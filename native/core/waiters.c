@@ -34,9 +34,11 @@
  * budget (plus the machine's wake-up time) after its work ends, whatever its
  * length or that of any other wait, and a long wait costs about
  * 1/budget wakes per second. The interval depends on nothing but the wait's
- * own age: no history, no prediction. A lane due within a quarter of its
+ * own age: no history, no prediction. A lane due within half of its
  * interval joins a round that runs anyway, so lanes due at nearby times
- * share one wake. Spin lanes are asked in every round, and while one is
+ * share one wake: never later than its own plan, and each lane is still
+ * asked about as often, since its next interval counts from that ask.
+ * Spin lanes are asked in every round, and while one is
  * pending the poller does not sleep at all. The lanes of a spin notifier's
  * waits whose callers ask about them themselves (CFD_LANE_ASKED, ask.c) are
  * asked every max(budget, ASKED_BACKSTOP_NS): a backstop, and the popping of
@@ -48,7 +50,12 @@
  * spin mechanism's lateness), so asking more often than every ~100 us buys
  * little lateness for much CPU. Against a tenth of a 200 us budget and
  * 1/32 of the age, this schedule cut the CPU by a quarter to a half (64
- * streams: 1.12 -> 0.83 cores) for 20-50% more lateness.
+ * streams: 1.12 -> 0.83 cores) for 20-50% more lateness. On 4, 16 and 64
+ * streams of random 50-3000 us kernels, asking lanes due within half of
+ * their interval instead of a quarter cut the poller's wakes per wait by a
+ * quarter to a third for ~3% more queries, and the process's median CPU by
+ * 18%, 9% and 5%, at the same lateness (H100 host, docs/performance.md);
+ * three quarters saved no more wakes.
  *
  * The poller sleeps in poll(2) on a timerfd, not on a condition variable,
  * so a watching thread whose new lane is due before the poller's next round
@@ -105,7 +112,9 @@
 #ifndef SPIN_RELAX
 #define SPIN_RELAX 64 /* pause instructions between two spinning rounds */
 #endif
-#define COALESCE_DIV 4 /* a lane may be asked this fraction of its interval early */
+#ifndef COALESCE_PCT
+#define COALESCE_PCT 50 /* a lane may be asked this percentage of its interval early */
+#endif
 /* A lane whose waits their callers ask about themselves (CFD_LANE_ASKED) is
  * asked at most this often: a backstop for a caller that stops asking, and
  * the reaping of the waits they took, never the way their waits end. */
@@ -396,7 +405,7 @@ static void *poller_main(void *arg)
         for (cfd_lane *l = first; l; l = round_next(l, first)) {
             if (sync_wake && l->mech == CUDAFD_MECH_SYNCFD)
                 l->sync_due = true;
-            bool due = l->sync_due || l->next_poll - l->step / COALESCE_DIV <= now;
+            bool due = l->sync_due || l->next_poll - l->step * COALESCE_PCT / 100 <= now;
             if (due && k == SNAP_MAX) { /* the snapshot is full: the next round starts here */
                 if (!resume)
                     resume = l;

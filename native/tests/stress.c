@@ -740,6 +740,41 @@ static void test_budgets_on_one_stream(CUcontext ctx)
     sim_stream_destroy(s);
 }
 
+/* A lane due within half of its interval is asked in a round that runs
+ * anyway (waiters.c). With a 10 s budget each new lane is first asked 2.5 s
+ * after its watch: b, watched 0.8 s after a, is asked in a's round, 0.9 s
+ * before its own plan (a late sleep here has 0.45 s of room). */
+static void test_nearby_lanes_share_a_round(CUcontext ctx)
+{
+    CUstream a = new_stream(ctx), b = new_stream(ctx);
+    cudafd_notifier *n = NULL;
+    cudafd_notifier_create(CUDAFD_MECH_EVENT, &n);
+    cudafd_notifier_set_max_lateness(n, CUDAFD_MAX_LATENESS_MAX_NS);
+    sim_launch(a, 30ull * 1000 * 1000 * 1000, 0);
+    sim_launch(b, 30ull * 1000 * 1000 * 1000, 0);
+    int64_t st[CUDAFD_STAT_COUNT];
+    uint64_t ta, tb;
+    cudafd_stats(st, CUDAFD_STAT_COUNT);
+    int64_t q0 = st[10];
+    double t0 = now_s();
+    cudafd_watch_stream(n, (uintptr_t)a, &ta);
+    usleep(800 * 1000);
+    cudafd_watch_stream(n, (uintptr_t)b, &tb);
+    double tb0 = now_s() - t0;
+    while (st[10] == q0 && now_s() - t0 < 10.0) { /* a's first round */
+        usleep(5000);
+        cudafd_stats(st, CUDAFD_STAT_COUNT);
+    }
+    double round = now_s() - t0;
+    usleep(100 * 1000);
+    cudafd_stats(st, CUDAFD_STAT_COUNT);
+    CHECK(st[10] - q0 == 2 && round < tb0 + 2.4, "%lld queries by %.2f s, b watched at %.2f s, a's round at %.2f s",
+          (long long)(st[10] - q0), now_s() - t0, tb0, round);
+    cudafd_notifier_destroy(n);
+    sim_stream_destroy(a);
+    sim_stream_destroy(b);
+}
+
 /* The driver's first cuInit fork()s a helper (CUDAFD_SIM_INIT_FORK): the
  * load, on the thread that forks, is not held up by the core's fork
  * handler. Run in a process of its own, before this one loads the driver. */
@@ -1135,6 +1170,7 @@ int main(void)
     test_hostfunc_swept_during_launch();
     test_fork_child_closes();
     test_budgets_on_one_stream(a);
+    test_nearby_lanes_share_a_round(a);
     test_primary_released_after_a_failed_first_stream();
     for (int mech = CUDAFD_MECH_EVENT; mech <= CUDAFD_MECH_SPIN; mech++)
         test_primary_released_under_a_notifier(mech);

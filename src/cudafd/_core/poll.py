@@ -9,8 +9,10 @@ latest record at query time, not at watch time as the native core does).
 Who asks, and when. poll() asks about the head wait of each stream (and each
 event watch) that is due, and queues what finished. A head is due again
 :func:`policy.ask_interval_ns` after a query found it running, counted from
-when it became head (the same schedule as the native core's poller). The
-backend keeps a timerfd (``timer_fd()``) armed at the earliest due time, or
+when it became head (the same schedule as the native core's poller), and
+a head due within half of that interval is asked in a poll() that runs
+anyway, so heads due at nearby times share one wake (waiters.c says what
+that saved there). The backend keeps a timerfd (``timer_fd()``) armed at the earliest due time, or
 at once while completions are queued: a loop adapter registers that fd, and
 on each readable calls poll() then drains. So the loop's own thread asks the
 driver, woken by its own timer, and no completion is handed across threads.
@@ -359,7 +361,7 @@ class PollBackend:
             emptied = []
             for key, lane in self._lanes.items():
                 plan = plans[key]
-                if plan[1] - plan[2] // 4 > now_due:  # not due (one due within a quarter of its interval is)
+                if plan[1] - plan[2] // 2 > now_due:  # not due (one due within half of its interval is)
                     continue
                 moved = False
                 while lane:
@@ -383,7 +385,7 @@ class PollBackend:
             finished = []
             for token, ev in self._events.items():
                 plan = plans[token]
-                if plan[1] - plan[2] // 4 > now_due:
+                if plan[1] - plan[2] // 2 > now_due:
                     continue
                 res = query(ev)
                 if res != _NOT_READY:
