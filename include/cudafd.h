@@ -238,11 +238,13 @@ void cudafd_notifier_destroy(cudafd_notifier *n);
  * there leaves dead handles, which a real driver crashes on.
  * This call first waits for the event poller to let go of the waits of
  * closed notifiers and of cancelled ones (it may be asking about one at that
- * moment), so that none is asked about after it returns (hostfunc waits whose
- * host function has not run yet are still asked about by the watchdog until
- * it runs). It then destroys the idle events and side streams, the records
- * and the primary-context references of every context with no wait in
- * flight; with no notifier open, the idle events of the others too. So to
+ * moment), and for the hostfunc watchdog to take the waits whose host
+ * function ran, so that none is asked about after it returns (hostfunc waits
+ * whose host function has not run yet are still asked about by the watchdog
+ * until it runs: synchronize their work first). It then destroys the idle
+ * events and side streams, the records and the primary-context references
+ * of every context with no wait in flight; with no notifier open, the idle
+ * events of the others too. So to
  * destroy a context of your own: let its waits end (or cancel them, or close
  * their notifiers), call this, then destroy it. Also call it to see every
  * live count at zero. A later watch in a context it let go of makes its

@@ -25,11 +25,23 @@ POLLER_MECHANISMS = ("event", "spin")
 @pytest.mark.parametrize("how", ["cancel", "close"])
 @pytest.mark.parametrize("mechanism", POLLER_MECHANISMS)
 def test_an_own_context_destroyed_after_its_waits_were_let_go(mechanism, how):
+    _run(mechanism, how, False)
+
+
+@pytest.mark.parametrize("how", ["cancel", "close"])
+def test_an_own_context_destroyed_after_its_hostfunc_work_ended(how):
+    """Its host function ran (the context was synchronized) when the wait was let
+    go of: cudafd_release_idle waits for the watchdog to take the wait, which
+    asks about its event once more, before the context is destroyed."""
+    _run("hostfunc", how, True)
+
+
+def _run(mechanism: str, how: str, synchronized: bool) -> None:
     if not REAL:
-        _destroy_after_letting_go(mechanism, how)
+        _destroy_after_letting_go(mechanism, how, synchronized)
         return
     # On a GPU a handle of a destroyed context crashes the process: run it in one of its own.
-    in_child(f"test_own_context._destroy_after_letting_go({mechanism!r}, {how!r})")
+    in_child(f"test_own_context._destroy_after_letting_go({mechanism!r}, {how!r}, {synchronized!r})")
 
 
 class _OwnContext:
@@ -74,7 +86,7 @@ def _completed(n: cudafd.Notifier, token: int, timeout: float) -> bool:
     return False
 
 
-def _destroy_after_letting_go(mechanism: str, how: str) -> None:
+def _destroy_after_letting_go(mechanism: str, how: str, synchronized: bool) -> None:
     drv = _driver.get()
     drv.init()
     wait_for_zero_counts()
@@ -93,14 +105,18 @@ def _destroy_after_letting_go(mechanism: str, how: str) -> None:
     with cudafd.Notifier("event") as stays:
         _kernels.launch_spin(o.value, 2.0)
         kept = stays.watch(o.value)
-        _kernels.launch_spin(mine.stream, 1.5)  # still running when its context goes
+        # still running when its context goes, or over and synchronized
+        _kernels.launch_spin(mine.stream, 0.05 if synchronized else 1.5)
         n = cudafd.Notifier(mechanism)
         token = n.watch(mine.stream)
+        if synchronized:
+            with _driver.pushed(mine.ctx):
+                _driver.check(drv.cuCtxSynchronize(), "cuCtxSynchronize")
         if how == "cancel":
             n.cancel(token)
         else:
             n.close()
-        release_idle()  # waits for the poller to let the wait go, frees the context's record
+        release_idle()  # waits for the poller (the watchdog) to let the wait go, frees the context's record
         counts = live_counts()
         assert counts["pending"] == 1, f"the {how} left its wait pending: {counts}"
         mine.destroy()

@@ -374,10 +374,12 @@ static void *watchdog_main(void *arg)
                 held[nheld++] = batch[i].key;
             }
         }
+        pthread_cond_broadcast(&g.poller_gone_cv); /* cudafd_release_idle waits for the waits that fired */
         if (unconfirmed) /* asked again in a moment, not in a busy loop */
             cfd_cond_wait_ns(&g.watchdog_cv, 1000000);
     }
     g.watchdog_running = false;
+    pthread_cond_broadcast(&g.poller_gone_cv);
     cfd_thread_exit_locked();
     pthread_mutex_unlock(&g.mu);
     return arg;

@@ -206,6 +206,13 @@ CFD_API int cudafd_release_idle(void)
         cfd_wake_poller();
     while (g.nopen > 0 && g.reap_due && g.poller_running && g.reaps == reaps)
         pthread_cond_wait(&g.poller_gone_cv, &g.mu);
+    /* A hostfunc wait whose host function ran is asked about once more by the
+     * watchdog before it ends (hostfunc.c), cancelled or not: wait for that
+     * too, so that a context whose work is over holds no wait after this. */
+    while (g.hf_fired > 0 && g.watchdog_running) {
+        pthread_cond_signal(&g.watchdog_cv);
+        pthread_cond_wait(&g.poller_gone_cv, &g.mu);
+    }
     int64_t before = g.stat[ST_STREAMS];
     if (g.nopen == 0 && !g.probing) {
         cfd_retire_side_streams_locked();

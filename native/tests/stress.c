@@ -70,6 +70,7 @@ static CUresult (*sim_primary_retain)(CUcontext *, CUdevice);
 static CUresult (*sim_primary_release)(CUdevice);
 static CUresult (*sim_primary_state)(CUdevice, unsigned int *, int *);
 static void (*sim_delay_next_query)(uint64_t);
+static CUresult (*sim_ctx_sync)(void);
 
 static void load_sim(void)
 {
@@ -97,6 +98,7 @@ static void load_sim(void)
     SYM(sim_event_create, "cuEventCreate");
     SYM(sim_event_record, "cuEventRecord");
     SYM(sim_event_destroy, "cuEventDestroy");
+    SYM(sim_ctx_sync, "cuCtxSynchronize");
 #undef SYM
 }
 
@@ -1107,6 +1109,47 @@ static void test_dropped_waits_leave(int mech)
     sim_ctx_destroy(other);
 }
 
+/* A hostfunc wait whose host function ran is asked about once more by the
+ * watchdog (hostfunc.c). Cancelled then, with another notifier open, it still
+ * holds its context's record until the watchdog takes it, and
+ * cudafd_release_idle waits for that: after it, a context of one's own whose
+ * work is over holds nothing and can be destroyed. The watchdog's query is
+ * made slow (the simulator sleeps 5 ms in it), so without that wait the
+ * record would be left, and the query would find the context destroyed. */
+static void test_release_idle_waits_for_the_watchdog(void)
+{
+    int64_t before[CUDAFDSIM_STAT_COUNT], after[CUDAFDSIM_STAT_COUNT], st[CUDAFD_STAT_COUNT];
+    sim_stats(before, CUDAFDSIM_STAT_COUNT);
+    cudafd_notifier *stays = NULL, *n = NULL;
+    cudafd_notifier_create(CUDAFD_MECH_EVENT, &stays);
+    cudafd_notifier_create(CUDAFD_MECH_HOSTFUNC, &n);
+    int kept = 0, rounds = 20;
+    for (int i = 0; i < rounds; i++) {
+        CUcontext mine = NULL, ignored;
+        sim_ctx_create(0, &mine);
+        CUstream s = new_stream(mine);
+        sim_launch(s, 100 * 1000, 0);
+        uint64_t t = 0;
+        cudafd_watch_stream(n, (uintptr_t)s, &t);
+        sim_delay_next_query(5 * 1000 * 1000); /* the next query is the watchdog's of this wait */
+        sim_push(mine);
+        sim_ctx_sync(); /* its side stream's host function has returned */
+        sim_pop(&ignored);
+        cudafd_cancel(n, t);
+        cudafd_release_idle();
+        cudafd_stats(st, CUDAFD_STAT_COUNT);
+        kept += st[5] != 0; /* records left (the other notifier has none) */
+        sim_stream_destroy(s);
+        sim_ctx_destroy(mine);
+    }
+    cudafd_notifier_destroy(n);
+    cudafd_notifier_destroy(stays);
+    cudafd_release_idle();
+    sim_stats(after, CUDAFDSIM_STAT_COUNT);
+    CHECK(kept == 0, "a record kept after cudafd_release_idle in %d of %d rounds", kept, rounds);
+    CHECK(after[6] == before[6], "%lld calls given an event of a destroyed context", (long long)(after[6] - before[6]));
+}
+
 static void check_counts_zero(void)
 {
     int64_t st[CUDAFD_STAT_COUNT];
@@ -1177,6 +1220,7 @@ int main(void)
     test_release_idle_waits_for_the_poller();
     test_dropped_waits_leave(CUDAFD_MECH_EVENT);
     test_dropped_waits_leave(CUDAFD_MECH_SPIN);
+    test_release_idle_waits_for_the_watchdog();
     /* the poller at its most eager (every wait asked about every microsecond)
      * and at a lazy budget (faults still surface, nothing stalls) */
     const int64_t budgets[] = {CUDAFD_MAX_LATENESS_MIN_NS, 20 * 1000 * 1000};

@@ -61,11 +61,14 @@ pub fn stats() -> Stats {
     Stats { entries }
 }
 
-/// With no notifier open, destroy the side streams libcudafd keeps for later
+/// Destroy the idle events and the side streams libcudafd keeps for later
 /// notifiers (made once per context, so that no later watch makes a stream
-/// while the GPU is busy), with their contexts' records. Returns how many
-/// streams it destroyed; 0 while a notifier is open. Call it before
-/// destroying a CUDA context of your own that cudafd watched work in.
+/// while the GPU is busy), with the records, of every context with no wait
+/// in flight, notifiers open or not; first it waits until no cancelled wait
+/// or wait of a closed notifier is asked about any more. Returns how many
+/// streams it destroyed. Call it before destroying a CUDA context of your
+/// own that cudafd watched work in, once those waits ended, were cancelled
+/// or their notifiers dropped (`cudafd_release_idle` in cudafd.h).
 pub fn release_idle() -> usize {
     unsafe { sys::cudafd_release_idle() }.max(0) as usize
 }
