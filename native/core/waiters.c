@@ -36,13 +36,13 @@
  * 1/budget wakes per second. The interval depends on nothing but the wait's
  * own age: no history, no prediction. A lane due within half of its
  * interval joins a round that runs anyway, so lanes due at nearby times
- * share one wake: never later than its own plan, and each lane is still
- * asked about as often, since its next interval counts from that ask.
- * Spin lanes are asked in every round, and while one is
- * pending the poller does not sleep at all. The lanes of a spin notifier's
- * waits whose callers ask about them themselves (CFD_LANE_ASKED, ask.c) are
- * asked every max(budget, ASKED_BACKSTOP_NS): a backstop, and the popping of
- * the waits the callers took.
+ * share one wake: never asked later than its own plan, and only a little
+ * more often, since its next interval counts from that ask. Spin lanes are
+ * asked in every round, and while one is pending the poller does not sleep
+ * at all. The lanes of a spin notifier's waits whose callers ask about them
+ * themselves (CFD_LANE_ASKED, ask.c) are asked every max(budget,
+ * ASKED_BACKSTOP_NS): a backstop, and the popping of the waits the callers
+ * took.
  *
  * Why these numbers (H200 host, bench/policy_sweep.py):
  * each wake of the poller costs ~8 us of CPU there, and handing a completion

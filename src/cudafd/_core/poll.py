@@ -12,14 +12,14 @@ event watch) that is due, and queues what finished. A head is due again
 when it became head (the same schedule as the native core's poller), and
 a head due within half of that interval is asked in a poll() that runs
 anyway, so heads due at nearby times share one wake (waiters.c says what
-that saved there). The backend keeps a timerfd (``timer_fd()``) armed at the earliest due time, or
-at once while completions are queued: a loop adapter registers that fd, and
-on each readable calls poll() then drains. So the loop's own thread asks the
-driver, woken by its own timer, and no completion is handed across threads.
-On the H200 host that is earlier than the "event" mechanism, whose native
-poller hands each completion to a loop asleep in epoll, and costs more CPU:
-each ask wakes the loop, which costs more than a wake of the native thread
-(docs/performance.md).
+that saved there). The backend keeps a timerfd (``timer_fd()``) armed at
+the earliest due time, or at once while completions are queued: a loop
+adapter registers that fd, and on each readable calls poll() then drains.
+So the loop's own thread asks the driver, woken by its own timer, and no
+completion is handed across threads. On the H200 host that is earlier than
+the "event" mechanism, whose native poller hands each completion to a loop
+asleep in epoll, and costs more CPU: each ask wakes the loop, which costs
+more than a wake of the native thread (docs/performance.md).
 
 ``fileno()`` is an eventfd, readable while completions are queued and once
 closed, as with the native mechanisms. A caller of ``Notifier.fileno()`` (a
