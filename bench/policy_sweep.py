@@ -16,9 +16,11 @@ in the same rounds. Prints one line per variant and workload.
 
     python bench/policy_sweep.py --plot OUT_DIR PNG
 
-draws one panel per workload from OUT_DIR's runs: the default's CPU against
-its p50 lateness, a point per run coloured by variant, the 20 µs polling
-thread and sleep(0) polling in grey. Needs matplotlib.
+draws one panel per workload from OUT_DIR's runs (folders ``N-v-VARIANT``
+as above, or ``N-VARIANT`` of ``--child`` runs made by hand): cudafd's CPU
+against its p50 lateness (the default's, else the poll mechanism's), a
+point per run coloured by variant, the 20 µs polling thread and sleep(0)
+polling in grey. Needs matplotlib.
 """
 from __future__ import annotations
 
@@ -59,16 +61,18 @@ def plot(out: Path, png: str) -> None:
     import matplotlib.pyplot as plt
 
     runs = []  # (variant, result), in run order
-    for d in sorted(out.glob("*-v-*"), key=lambda d: int(d.name.split("-")[0])):
+    for d in sorted(out.glob("[0-9]*-*"), key=lambda d: int(d.name.split("-")[0])):
         if (d / "result.json").exists():
-            runs.append((d.name.split("-v-")[1], json.loads((d / "result.json").read_text())))
+            variant = d.name.split("-", 1)[1].removeprefix("v-")
+            runs.append((variant, json.loads((d / "result.json").read_text())))
     workloads = list(dict.fromkeys(w for _, r in runs for w in r["workloads"]))
     variants = list(dict.fromkeys(v for v, _ in runs))
     fig, axes = plt.subplots(1, len(workloads), figsize=(3.6 * len(workloads), 3.6), squeeze=False)
     for ax, wl in zip(axes[0], workloads):
         for variant, res in runs:
             ms = res["workloads"].get(wl, {}).get("methods", {})
-            for key, style in (("cudafd_default", {}), ("thread20us", {"marker": "x", "color": "0.6"}),
+            ours = "cudafd_default" if "cudafd_default" in ms else "cudafd_poll"
+            for key, style in ((ours, {}), ("thread20us", {"marker": "x", "color": "0.6"}),
                                ("sleep0", {"marker": "+", "color": "0.3"})):
                 m = ms.get(key)
                 if m:
@@ -77,7 +81,7 @@ def plot(out: Path, png: str) -> None:
         ax.set_title(wl, fontsize=9)
         ax.set_xlabel("p50 lateness, µs")
     axes[0][0].set_ylabel("process CPU, cores")
-    handles = [plt.Line2D([], [], marker="o", ls="", color=f"C{i}", label=f"default, {v}")
+    handles = [plt.Line2D([], [], marker="o", ls="", color=f"C{i}", label=f"cudafd, {v}")
                for i, v in enumerate(variants)]
     handles += [plt.Line2D([], [], marker="x", ls="", color="0.6", label="thread polling every 20 µs"),
                 plt.Line2D([], [], marker="+", ls="", color="0.3", label="sleep(0) polling")]

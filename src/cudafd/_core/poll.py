@@ -11,8 +11,10 @@ event watch) that is due, and queues what finished. A head is due again
 :func:`policy.ask_interval_ns` after a query found it running, counted from
 when it became head (the same schedule as the native core's poller), and
 a head due within half of that interval is asked in a poll() that runs
-anyway, so heads due at nearby times share one wake (waiters.c says what
-that saved there). The backend keeps a timerfd (``timer_fd()``) armed at
+anyway, so heads due at nearby times share one wake (the native poller's
+rule, which saved wakes there; here, where the loop's thread is awake most
+of the time on several streams, it saved nothing measurable:
+docs/performance.md). The backend keeps a timerfd (``timer_fd()``) armed at
 the earliest due time, or at once while completions are queued: a loop
 adapter registers that fd, and on each readable calls poll() then drains.
 So the loop's own thread asks the driver, woken by its own timer, and no
