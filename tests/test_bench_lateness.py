@@ -113,6 +113,7 @@ def test_quick_lateness_section_gives_every_workload_and_method(tmp_path):
     assert max(len(line) for line in tables.splitlines()) <= 120
     for label in ("cudafd default", "sleep(0) poll", "executor+blocking ev", "thread poll 20us", "spin floor"):
         assert label in tables, label
+    assert "One stream, asyncio: the loop's thread per wait, us" in tables
     assert "garbage collector: set-up frozen (gc.freeze); its longest pause in a measured stretch" in text
     try:
         import matplotlib  # noqa: F401
@@ -408,6 +409,18 @@ def test_sections_chosen_by_name():
     full = options.plan(options.parse(["--loops", "asyncio"]))
     assert full["budget_s"] > options.FULL["budget_s"]  # the lateness section's own time on top
     assert options.plan(options.parse(["cpu"]))["budget_s"] == options.FULL["budget_s"]
+
+
+def test_the_loops_time_per_wait_is_its_cpu_over_its_waits():
+    """The report's per-wait figure of the loop's thread: its cores over the waits a second
+    of the same rounds (0.5051 cores at 4400.6 waits a second: 115 µs a wait)."""
+    from cudafd._bench.report_lateness import loop_per_wait
+
+    assert loop_per_wait({"cores_loop": 0.5051, "waits_per_s": 4400.6}) == "115"
+    assert loop_per_wait({"cores_loop": 0.04, "waits_per_s": 96.0}) == "417"
+    assert loop_per_wait({"cores_loop": None, "waits_per_s": 10.0}) == ""
+    assert loop_per_wait({"cores_loop": 0.5, "waits_per_s": 0}) == ""
+    assert loop_per_wait(None) == ""
 
 
 def test_table_figures_take_at_most_four_characters():

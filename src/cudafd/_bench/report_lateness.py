@@ -16,7 +16,7 @@ import textwrap
 from .tables import table
 from .waiters import FLOOR, LABELS
 
-__all__ = ["one_line", "render", "cell"]
+__all__ = ["one_line", "render", "cell", "loop_per_wait"]
 
 
 def _n(x: float | None) -> str:
@@ -68,6 +68,14 @@ def _split(m: dict | None) -> str:
     return "+".join(f"{x:.2f}".removeprefix("0") for x in (m["cores_loop"], m.get("cores_cudafd", 0.0)))
 
 
+def loop_per_wait(m: dict | None) -> str:
+    """µs of the loop's thread per wait (its cores over the waits a second of the same
+    rounds): what one wait costs the loop, whatever the kernels' length."""
+    if not m or m.get("cores_loop") is None or not m.get("waits_per_s"):
+        return ""
+    return _n(m["cores_loop"] / m["waits_per_s"] * 1e6)
+
+
 def _keys(workloads: list[dict]) -> list[str]:
     keys: list[str] = []
     for w in workloads:
@@ -99,6 +107,9 @@ def _one_stream(res: dict) -> list[str]:
     if any(c for r in split_rows for c in r[1:]):
         by = f"One stream, {res['loop']}: CPU by thread, cores: the loop's + cudafd's native threads"
         out.append(by + "\n" + table(["method"] + list(ones), split_rows))
+        per_rows = [[LABELS[k]] + [loop_per_wait(w["methods"].get(k)) for w in ones.values()] for k in keys]
+        per = f"One stream, {res['loop']}: the loop's thread per wait, us (its CPU over the waits)"
+        out.append(per + "\n" + table(["method"] + list(ones), per_rows))
     if hist.get("methods"):
         parts = []
         for k, m in hist["methods"].items():
