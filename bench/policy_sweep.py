@@ -1,13 +1,13 @@
 """The poller's schedule, side by side: lateness and CPU of the default wait
-for several builds of the core (POLL_RATIO, POLL_FLOOR_DIV, POLL_YOUNG_DIV)
-and budgets.
+for several builds of the core (POLL_RATIO, POLL_FLOOR_DIV, POLL_YOUNG_DIV,
+COALESCE_PCT) and budgets.
 
     python bench/policy_sweep.py OUT_DIR [R:F:BUDGET_US[:Y[:C]] ...]
 
 Y (POLL_YOUNG_DIV, default 0: off): a wait younger than the floor is asked
 again after its age, but not sooner than BUDGET/Y (its first asks double).
-C (COALESCE_PCT, default 25): a lane due within C% of its interval is asked
-in a round that runs anyway.
+C (COALESCE_PCT, default 50, the core's): a lane due within C% of its
+interval is asked in a round that runs anyway.
 
 Each variant is built into OUT_DIR/<R-F> with `make -C native` and measured
 in a child process (CUDAFD_LIBRARY, CUDAFD_MAX_LATENESS) on the lateness
@@ -101,7 +101,7 @@ def main() -> None:
     root = Path(__file__).resolve().parent.parent
     for i, spec in enumerate(sys.argv[2:] or ["32:10:200"]):  # a spec may repeat: it runs again
         r, f, budget, *rest = spec.split(":")
-        y, c = (rest + ["0", "25"][len(rest):])[:2]
+        y, c = (rest + ["0", "50"][len(rest):])[:2]
         lib = out / f"lib-{r}-{f}-{y}-{c}"
         subprocess.run(["make", "-s", "-C", str(root / "native"), f"DEST={lib}",
                         f"CFLAGS=-O2 -g -DPOLL_RATIO={r} -DPOLL_FLOOR_DIV={f} -DPOLL_YOUNG_DIV={y} -DCOALESCE_PCT={c}"],
