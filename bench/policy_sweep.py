@@ -1,11 +1,9 @@
 """The poller's schedule, side by side: lateness and CPU of the default wait
-for several builds of the core (POLL_RATIO, POLL_FLOOR_DIV, POLL_YOUNG_DIV,
-COALESCE_PCT) and budgets.
+for several builds of the core (POLL_RATIO, POLL_FLOOR_DIV, COALESCE_PCT)
+and budgets.
 
-    python bench/policy_sweep.py OUT_DIR [R:F:BUDGET_US[:Y[:C]] ...]
+    python bench/policy_sweep.py OUT_DIR [R:F:BUDGET_US[:C] ...]
 
-Y (POLL_YOUNG_DIV, default 0: off): a wait younger than the floor is asked
-again after its age, but not sooner than BUDGET/Y (its first asks double).
 C (COALESCE_PCT, default 50, the core's): a lane due within C% of its
 interval is asked in a round that runs anyway.
 
@@ -101,12 +99,12 @@ def main() -> None:
     root = Path(__file__).resolve().parent.parent
     for i, spec in enumerate(sys.argv[2:] or ["32:10:200"]):  # a spec may repeat: it runs again
         r, f, budget, *rest = spec.split(":")
-        y, c = (rest + ["0", "50"][len(rest):])[:2]
-        lib = out / f"lib-{r}-{f}-{y}-{c}"
+        c = rest[0] if rest else "50"
+        lib = out / f"lib-{r}-{f}-{c}"
         subprocess.run(["make", "-s", "-C", str(root / "native"), f"DEST={lib}",
-                        f"CFLAGS=-O2 -g -DPOLL_RATIO={r} -DPOLL_FLOOR_DIV={f} -DPOLL_YOUNG_DIV={y} -DCOALESCE_PCT={c}"],
+                        f"CFLAGS=-O2 -g -DPOLL_RATIO={r} -DPOLL_FLOOR_DIV={f} -DCOALESCE_PCT={c}"],
                        check=True)
-        run_dir = out / f"{i}-v-{r}-{f}-{budget}-{y}-{c}"
+        run_dir = out / f"{i}-v-{r}-{f}-{budget}-{c}"
         run_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, CUDAFD_LIBRARY=str(lib / "libcudafd.so"), CUDAFD_MAX_LATENESS=str(int(budget) * 1e-6))
         subprocess.run([sys.executable, __file__, "--child", str(run_dir)], env=env, check=False, timeout=120)

@@ -106,9 +106,6 @@
 #ifndef POLL_FLOOR_DIV
 #define POLL_FLOOR_DIV 4 /* ... but not sooner than a quarter of its budget, nor later than the budget */
 #endif
-#ifndef POLL_YOUNG_DIV
-#define POLL_YOUNG_DIV 0 /* N > 0: a wait younger than the floor is asked again after its age, at least budget / N */
-#endif
 #ifndef SPIN_RELAX
 #define SPIN_RELAX 64 /* pause instructions between two spinning rounds */
 #endif
@@ -153,11 +150,6 @@ int64_t cfd_poll_interval(int64_t age, int64_t budget)
 {
     int64_t iv = age / POLL_RATIO;
     int64_t floor = budget / POLL_FLOOR_DIV;
-#if POLL_YOUNG_DIV > 0
-    int64_t young = age > budget / POLL_YOUNG_DIV ? age : budget / POLL_YOUNG_DIV;
-    if (young < floor)
-        floor = young;
-#endif
     if (iv < floor)
         iv = floor;
     return iv < budget ? iv : budget;
