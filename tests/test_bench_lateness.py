@@ -102,6 +102,9 @@ def test_quick_lateness_section_gives_every_workload_and_method(tmp_path):
     if "history" in wl:
         h = wl["history"]["methods"]["cudafd_default"]
         assert h["n"] > 0 and _finite(h["p50"], h["p99"], h["net"]["p50"]) and h["first_block"]["n"] > 0
+        if HANDOFF in expected:  # the bound ran the same after-stretch waits, in the same blocks
+            b = wl["history"]["bound"]
+            assert b["n"] == h["n"] and _finite(b["p50"], b["p99"], b["net"]["p50"]), b
     assert res["kernels"]["estimated_ends"] is (not REAL)
     figures = [t["figure"] for t in doc["targets"]]
     for part in ("one stream 50 us", "one stream 5 ms", "4 streams", "64 streams", "CPU, one stream",
@@ -300,7 +303,7 @@ def _section(default, sleep0, executor, floor_p50=10.0):
         if name in ONE_STREAM:
             methods[FLOOR] = {"n": 10, "p50": floor_p50, "p99": floor_p50, "cores": 1.0}
         wl[name] = {"methods": methods}
-    wl["history"] = {"stretch_s": 10, "methods": {"cudafd_default": m(*default)}}
+    wl["history"] = {"stretch_s": 10, "methods": {"cudafd_default": m(*default)}, "bound": m(22, 90, 1.0)}
     return {"lateness": {"asyncio": {"workloads": wl, "errors": {"cudafd_ml1ms": "no max_lateness"}}}}
 
 
@@ -316,6 +319,8 @@ def test_lateness_targets_on_synthetic_figures():
     assert status["spin mechanism, one stream"] == "pass"  # +5 us
     assert status["max_lateness=1e-3, one stream"] == "n/a" and "no max_lateness" in rows["max_lateness=1e-3, one stream"]["measured"]
     assert status["history: 100 us waits after 10 s of 10 ms waits"] == "pass"
+    assert "bound: loop asleep on fd, the same waits in the same blocks: 12/80 us" in rows[
+        "history: 100 us waits after 10 s of 10 ms waits"]["measured"]
     # a baseline both earlier and cheaper: the Pareto row names it on every workload
     rows = {r["figure"].split(", asyncio")[0]: r for r in evaluate(_section((60, 150, 0.5), (35, 60, 0.4), (300, 900, 0.2)))}
     assert rows["Pareto, every workload"]["status"] == "miss"

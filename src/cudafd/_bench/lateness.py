@@ -10,8 +10,9 @@ block of ``samples / rounds`` awaits, in an order rotated every round),
 task times one wait in ``timed_every``, the others' end events untimed so
 that streams sharing a hardware queue do not run in turn, :mod:`.ends`),
 ``history`` (``stretch_s`` of ``kernel_s`` waits, then ``samples`` waits
-of ``after_s`` in ``blocks`` alternating with the spin floor, for
-``methods``), ``warmup``, ``soft_s``.
+of ``after_s`` in ``blocks`` alternating with the spin floor and the
+bound, a loop told at once, which ran no stretch: ``bound`` in the
+result; for ``methods``), ``warmup``, ``soft_s``.
 
 Workloads in the result: ``1x<name>`` (one stream), ``<N>x_random`` and
 ``history``. Per workload and method: the lateness summary in µs
@@ -61,7 +62,7 @@ from .ends import DriverKernels, TorchKernels
 from .gpu import Gpu
 from .numbers import summary
 from .proc import CpuMeter
-from .waiters import FLOOR, LABELS, build, has_max_lateness
+from .waiters import FLOOR, HANDOFF, LABELS, build, has_max_lateness
 
 __all__ = ["run", "kernels_for"]
 
@@ -291,14 +292,20 @@ class Run:
             end = time.monotonic() + float(h["stretch_s"])
             while time.monotonic() < end and key not in self.state["errors"]:
                 await self._block(key, stream, [float(h["kernel_s"])] * 10, stretch, meter=False)
-            after, floor, first = _Acc(), _Acc(), _Acc()
+            after, floor, first, bound = _Acc(), _Acc(), _Acc(), _Acc()
             for b in range(blocks):
                 await self._block(key, stream, [float(h["after_s"])] * per, first if b == 0 else after, meter=False)
-                if FLOOR in self.ways:
-                    await self._block(FLOOR, stream, [float(h["after_s"])] * per, floor, meter=False)
+                for other, acc in ((FLOOR, floor), (HANDOFF, bound)):  # the same waits, no stretch before
+                    if other in self.ways and other not in self.state["errors"]:
+                        await self._block(other, stream, [float(h["after_s"])] * per, acc, meter=False)
             after.lat = first.lat + after.lat
             res = after.result(key)
             floor_res = floor.result(FLOOR) if floor.lat else {"n": 0}
+            if bound.lat:
+                b_res = bound.result(HANDOFF)
+                if (d := net(b_res, floor_res.get("p50"))) is not None:
+                    b_res["net"] = d
+                out["bound"] = b_res
             res["first_block"] = {q: first.result(key).get(q) for q in ("n", "p50", "p99", "max")}
             res["stretch"] = {q: stretch.result(key).get(q) for q in ("n", "p50", "p99")}
             if (d := net(res, floor_res.get("p50"))) is not None:

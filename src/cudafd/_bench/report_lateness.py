@@ -14,7 +14,7 @@ from __future__ import annotations
 import textwrap
 
 from .tables import table
-from .waiters import FLOOR, LABELS
+from .waiters import FLOOR, HANDOFF, LABELS
 
 __all__ = ["one_line", "render", "cell", "loop_per_wait"]
 
@@ -95,7 +95,7 @@ def _one_stream(res: dict) -> list[str]:
     for k in keys:
         row = [LABELS[k]] + [cell(w["methods"].get(k)) for w in ones.values()]
         if hist.get("methods"):
-            row.append(cell(hist["methods"].get(k)))
+            row.append(cell(hist.get("bound") if k == HANDOFF else hist["methods"].get(k)))
         rows.append(row)
     rows.append([LABELS[FLOOR] + " (raw)"] + [cell(w["methods"].get(FLOOR), None) for w in ones.values()]
                 + ([""] if hist.get("methods") else []))
@@ -115,6 +115,8 @@ def _one_stream(res: dict) -> list[str]:
         for k, m in hist["methods"].items():
             fb = m.get("first_block") or {}
             parts.append(f"{LABELS[k]}: all {cell(m)}, first {fb.get('n')} {cell(fb)}")
+        if hist.get("bound"):
+            parts.append(f"{LABELS[HANDOFF]} (the same waits, no stretch before): {cell(hist['bound'])}")
         line = (f"History, {res['loop']}: {hist.get('stretch_s')} s of {hist.get('stretch_kernel_us', 0):.0f} us "
                 f"waits, then {hist.get('after_us', 0):.0f} us waits, p50/p99 us minus the floor: " + "; ".join(parts))
         out.append(textwrap.fill(line, 118, subsequent_indent="  "))

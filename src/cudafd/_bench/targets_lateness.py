@@ -287,6 +287,8 @@ def _history(res: dict, loop: str) -> dict:
     measured = f"{_n(d['p50'])}/{_n(d['p99'])} us"
     if fb:
         measured += f" (the first {m['first_block'].get('n')}: {_n(fb['p50'])}/{_n(fb['p99'])})"
+    if "p50" in (b := (h.get("bound") or {}).get("net") or {}):
+        measured += f"; {LABELS[HANDOFF]}, the same waits in the same blocks: {_n(b['p50'])}/{_n(b['p99'])} us"
     return _row(figure, target, measured, d["p50"] <= ONE_STREAM_P50_US and d["p99"] <= ONE_STREAM_P99_US)
 
 
