@@ -7,8 +7,9 @@ blocks as in ``python -m cudafd bench latency``: the loop blocked in a
 spinning sync (floor), ``sleep(0)`` polling, and cudafd's ``event`` and
 ``spin`` waits. For the cudafd methods it counts the driver asks per wait
 (``Notifier.adapter_done_now`` calls): the share of waits whose first ask
-found the kernel over, and the mean per wait. Run it with different trees first on PYTHONPATH to compare
-them in alternating processes. Prints one JSON line.
+found the kernel over, and the mean per wait. Run it with different trees
+first on PYTHONPATH to compare them in alternating processes. Prints one
+JSON line.
 """
 
 from __future__ import annotations
