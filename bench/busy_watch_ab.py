@@ -3,14 +3,16 @@
     CUDA_DEVICE_MAX_CONNECTIONS=32 python bench/busy_watch_ab.py [--loop asyncio] [--rounds 4] [--out FILE]
 
 A wait that starts while others are in progress in its loop (a busy loop)
-and is alone on its stream yields once, asks the driver whether its work is
-over, and only then watches (cudafd/_core/policy.py, step 2). Three ways of
-taking that step take turns in the same rounds, each on a Notifier of its
-own, beside ``sleep(0)`` polling and the loop told at once:
+and is alone on its stream yields once and asks the driver whether its work
+is over; while the passes of the loop it yields through are longer than its
+budget, it asks again after each, up to ``BUSY_ASKS`` times, and only then
+watches (cudafd/_core/policy.py, step 2). Two ways of taking that step take
+turns in the same rounds, each on a Notifier of its own, beside ``sleep(0)``
+polling and the loop told at once:
 
-* ``cudafd_event``: the policy as it is (yield, ask, watch);
-* ``cudafd_yieldwatch``: yield, then watch without asking;
-* ``cudafd_watchnow``: watch at once (the park is the task's yield).
+* ``cudafd_event``: the policy as it is;
+* ``cudafd_oneask``: one ask after the yield, then the watch, however long
+  the pass was (a policy whose ``busy_asks`` is 1).
 
 Two workloads: the lateness section's N streams each looping over (random
 50-3000 µs kernel, await), lateness from timing events on one wait in 8 as
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 import cudafd
 from cudafd._bench import lateness, methods, throughput, waiters
@@ -34,38 +37,27 @@ from cudafd._bench.child import Progress
 from cudafd._bench.numbers import median
 from cudafd._bench.options import FULL
 from cudafd._core.policy import WaitPolicy
+from cudafd._loops import asyncio_loop
 
-VARIANTS = ("cudafd_yieldwatch", "cudafd_watchnow")
+VARIANTS = ("cudafd_oneask",)
 _variant: dict = {}  # Notifier -> variant key
-_steps = WaitPolicy.steps
 
 
-def _busy_lone(policy, notifier, t, yield_first: bool):
-    key = t.handle if t.kind == "stream" else -1
-    streams = policy._streams
-    streams[key] = streams.get(key, 0) + 1
-    try:
-        if yield_first:
-            policy._spinning.add(key)
-            try:
-                yield None
-            finally:
-                policy._spinning.discard(key)
-        yield notifier.adapter_watch(t)
-    finally:
-        policy._leave(key)
+class _OneAsk(WaitPolicy):
+    __slots__ = ()
+    busy_asks = 1
 
 
-def _steps_ab(self, notifier, t):
-    which = _variant.get(notifier)
-    if which and self._streams:
-        key = t.handle if t.kind == "stream" else -1
-        if key not in self._streams:
-            return _busy_lone(self, notifier, t, which == "cudafd_yieldwatch")
-    return _steps(self, notifier, t)
+_init = asyncio_loop.Dispatcher.__init__
 
 
-WaitPolicy.steps = _steps_ab
+def _init_ab(self, loop, notifier) -> None:
+    _init(self, loop, notifier)
+    if notifier in _variant:
+        self._policy = _OneAsk()
+
+
+asyncio_loop.Dispatcher.__init__ = _init_ab  # type: ignore[method-assign]
 
 
 def _notifier(key: str):
@@ -117,10 +109,11 @@ for k in VARIANTS:
 
 
 def _lateness(loop: str, rounds: int) -> dict:
-    p = {"loop": loop, "methods": ["cudafd_event", *VARIANTS, "sleep0", waiters.HANDOFF], "one_stream": [],
+    p = {"loop": loop, "methods": ["cudafd_event", *VARIANTS, "sleep0", waiters.HANDOFF, waiters.FLOOR],
+         "one_stream": [["50us", 50e-6, 200], ["random", None, 200]],
          "random_s": [50e-6, 3000e-6], "rounds": 1, "streams": [4, 16, 64], "window_s": 0.4,
          "multi_rounds": rounds, "timed_every": FULL["lateness"]["timed_every"], "history": None, "warmup": 5,
-         "torch": True, "soft_s": 150}
+         "torch": True, "soft_s": 150, **json.loads(os.environ.get("AB_PARAMS", "{}"))}
     return lateness.run(p, Progress("busy_watch_ab", None, 600))
 
 

@@ -1,0 +1,175 @@
+"""A busy loop's waits on the simulator: asking after each long pass against one ask, side by side.
+
+    python bench/busy_asks_sim.py [--streams 64] [--launch-us 25] [--rounds 6] [--seconds 1.5]
+                                  [--loop asyncio] [--out FILE]
+
+N tasks on the simulator, each looping over (hold the loop's thread
+``--launch-us`` µs, as a framework's launch and timing event do on a GPU;
+launch a random 50-3000 µs kernel; await it). With enough streams the
+loop's thread is saturated and its passes last milliseconds, which is when
+a wait asks after each pass instead of watching (cudafd/_core/policy.py,
+step 2). Three ways take turns within every round:
+
+* ``cudafd``: ``await n.wait(stream)`` with the policy as it is;
+* ``oneask``: the same on a Notifier whose policy asks once after the
+  yield, then watches, however long the pass was (``busy_asks`` 1);
+* ``sleep0``: ``while not stream.query(): await asyncio.sleep(0)``.
+
+Lateness: the time the task resumed minus the kernel's end (its launch
+plus its length: the simulator ends a kernel at that time). Prints, per
+way, the medians over the rounds of the p50 and p99 lateness, the process's
+cores and the waits a second. On a GPU the bench's lateness section and
+``bench/busy_watch_ab.py`` measure the same.
+
+    python bench/busy_asks_sim.py --plot PNG A.json [B.json ...]
+
+draws the JSON of runs (``--out``): p50 lateness per way, a panel per run.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import time
+
+os.environ.setdefault("CUDAFD_SIMULATOR", "1")
+
+import cudafd  # noqa: E402
+import cudafd.sim  # noqa: E402
+from cudafd._core.policy import WaitPolicy  # noqa: E402
+from cudafd._loops import asyncio_loop  # noqa: E402
+
+WAYS = ("cudafd", "oneask", "sleep0")
+
+
+class _OneAsk(WaitPolicy):
+    __slots__ = ()
+    busy_asks = 1
+
+
+_one_ask: set = set()  # Notifiers whose Dispatchers ask once
+_init = asyncio_loop.Dispatcher.__init__
+
+
+def _init_ab(self, loop, notifier) -> None:
+    _init(self, loop, notifier)
+    if notifier in _one_ask:
+        self._policy = _OneAsk()
+
+
+asyncio_loop.Dispatcher.__init__ = _init_ab  # type: ignore[method-assign]
+
+
+def _hold(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+async def _round(way: str, streams: list, notifiers: dict, a: argparse.Namespace, seed: int) -> dict:
+    late: list[float] = []
+    stop = False
+    measuring = False
+    clock = time.perf_counter
+
+    async def task(s, rnd: random.Random) -> None:
+        while not stop:
+            k = rnd.uniform(50e-6, 3000e-6)
+            _hold(a.launch_us * 1e-6)
+            s.launch(k)
+            t0 = clock()
+            if way == "sleep0":
+                while not s.query():
+                    await asyncio.sleep(0)
+            else:
+                await notifiers[way].wait(s)
+            if measuring:
+                late.append((clock() - t0 - k) * 1e6)
+
+    tasks = [asyncio.ensure_future(task(s, random.Random(seed * 1000 + i))) for i, s in enumerate(streams)]
+    await asyncio.sleep(0.3)
+    measuring = True
+    c0, w0 = time.process_time(), clock()
+    await asyncio.sleep(a.seconds)
+    c1, w1 = time.process_time(), clock()
+    measuring = False
+    stop = True
+    await asyncio.gather(*tasks)
+    late.sort()
+    return {"p50": late[len(late) // 2], "p99": late[int(len(late) * 0.99)], "cores": (c1 - c0) / (w1 - w0),
+            "waits_per_s": len(late) / (w1 - w0)}
+
+
+async def _main(a: argparse.Namespace) -> dict:
+    dev = cudafd.sim.Device()
+    streams = [dev.stream() for _ in range(a.streams)]
+    notifiers = {"cudafd": cudafd.Notifier("event"), "oneask": cudafd.Notifier("event")}
+    _one_ask.add(notifiers["oneask"])
+    runs: dict[str, list[dict]] = {w: [] for w in WAYS}
+    try:
+        for r in range(a.rounds):
+            order = WAYS if r % 2 == 0 else WAYS[::-1]
+            for way in order:
+                runs[way].append(await _round(way, streams, notifiers, a, r))
+    finally:
+        for n in notifiers.values():
+            n.close()
+            n.drain()
+    return runs
+
+
+def plot(png: str, paths: list[str]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    docs = [json.load(open(p)) for p in paths]
+    fig, axes = plt.subplots(1, len(docs), figsize=(3.2 * len(docs), 3.4), squeeze=False)
+    for ax, doc in zip(axes[0], docs):
+        for i, (way, rs) in enumerate(doc["runs"].items()):
+            ax.scatter([i] * len(rs), [r["p50"] for r in rs], s=14, color=f"C{i}")
+            ax.plot([i - 0.3, i + 0.3], [statistics.median(r["p50"] for r in rs)] * 2, color=f"C{i}")
+        ax.set_xticks(range(len(doc["runs"])), list(doc["runs"]))
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"{doc['args']['streams']} streams, {doc['args']['loop']}", fontsize=9)
+    axes[0][0].set_ylabel("p50 lateness per round, µs")
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--plot", default=None, metavar="PNG", help="draw the JSON files given instead of running")
+    ap.add_argument("json", nargs="*")
+    ap.add_argument("--streams", type=int, default=64)
+    ap.add_argument("--launch-us", type=float, default=25.0)
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--seconds", type=float, default=1.5)
+    ap.add_argument("--loop", default="asyncio", choices=["asyncio", "uvloop"])
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    if a.plot:
+        plot(a.plot, a.json)
+        return
+    if a.loop == "uvloop":
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    runs = asyncio.run(_main(a))
+    print(f"{a.loop}, simulator: {a.streams} streams, random 50-3000 us kernels, {a.launch_us:g} us held per launch;"
+          f" medians of {a.rounds} rounds")
+    print(f"  {'way':8s} {'p50 us':>8s} {'p99 us':>8s} {'cores':>6s} {'waits/s':>8s}")
+    for way, rs in runs.items():
+        med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+        print(f"  {way:8s} {med['p50']:8.0f} {med['p99']:8.0f} {med['cores']:6.2f} {med['waits_per_s']:8.0f}")
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"args": vars(a), "runs": runs}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
