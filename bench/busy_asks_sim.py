@@ -39,28 +39,9 @@ os.environ.setdefault("CUDAFD_SIMULATOR", "1")
 
 import cudafd  # noqa: E402
 import cudafd.sim  # noqa: E402
-from cudafd._core.policy import WaitPolicy  # noqa: E402
-from cudafd._loops import asyncio_loop  # noqa: E402
+from one_ask import one_ask  # noqa: E402
 
 WAYS = ("cudafd", "oneask", "sleep0")
-
-
-class _OneAsk(WaitPolicy):
-    __slots__ = ()
-    busy_asks = 1
-
-
-_one_ask: set = set()  # Notifiers whose Dispatchers ask once
-_init = asyncio_loop.Dispatcher.__init__
-
-
-def _init_ab(self, loop, notifier) -> None:
-    _init(self, loop, notifier)
-    if notifier in _one_ask:
-        self._policy = _OneAsk()
-
-
-asyncio_loop.Dispatcher.__init__ = _init_ab  # type: ignore[method-assign]
 
 
 def _hold(seconds: float) -> None:
@@ -106,8 +87,7 @@ async def _round(way: str, streams: list, notifiers: dict, a: argparse.Namespace
 async def _main(a: argparse.Namespace) -> dict:
     dev = cudafd.sim.Device()
     streams = [dev.stream() for _ in range(a.streams)]
-    notifiers = {"cudafd": cudafd.Notifier("event"), "oneask": cudafd.Notifier("event")}
-    _one_ask.add(notifiers["oneask"])
+    notifiers = {"cudafd": cudafd.Notifier("event"), "oneask": one_ask(cudafd.Notifier("event"))}
     runs: dict[str, list[dict]] = {w: [] for w in WAYS}
     try:
         for r in range(a.rounds):

@@ -36,34 +36,9 @@ from cudafd._bench import lateness, methods, throughput, waiters
 from cudafd._bench.child import Progress
 from cudafd._bench.numbers import median
 from cudafd._bench.options import FULL
-from cudafd._core.policy import WaitPolicy
-from cudafd._loops import asyncio_loop
+from one_ask import one_ask
 
 VARIANTS = ("cudafd_oneask",)
-_variant: dict = {}  # Notifier -> variant key
-
-
-class _OneAsk(WaitPolicy):
-    __slots__ = ()
-    busy_asks = 1
-
-
-_init = asyncio_loop.Dispatcher.__init__
-
-
-def _init_ab(self, loop, notifier) -> None:
-    _init(self, loop, notifier)
-    if notifier in _variant:
-        self._policy = _OneAsk()
-
-
-asyncio_loop.Dispatcher.__init__ = _init_ab  # type: ignore[method-assign]
-
-
-def _notifier(key: str):
-    n = cudafd.Notifier("event")
-    _variant[n] = key
-    return n
 
 
 _make_way = waiters._make
@@ -72,7 +47,7 @@ _make_way = waiters._make
 def _make_way_ab(key, kernels, notifiers):
     if key not in VARIANTS:
         return _make_way(key, kernels, notifiers)
-    n = _notifier(key)
+    n = one_ask(cudafd.Notifier("event"))
     notifiers.append(n)
     wait = cudafd.wait
 
@@ -92,7 +67,7 @@ def _make_method_ab(key, kit, stream):
         return _make_method(key, kit, stream)
     n = _own.get(key)
     if n is None:
-        n = _own[key] = _notifier(key)
+        n = _own[key] = one_ask(cudafd.Notifier("event"))
         kit.on_close(n.close)
     launch, wait = kit.gpu.launcher(stream), n.wait
 
