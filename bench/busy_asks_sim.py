@@ -18,7 +18,7 @@ step 2). Three ways take turns within every round:
 Lateness: the time the task resumed minus the kernel's end (its launch
 plus its length: the simulator ends a kernel at that time). Prints, per
 way, the medians over the rounds of the p50 and p99 lateness, the process's
-cores and the waits a second. On a GPU the bench's lateness section and
+cores, the waits a second and the loop's thread's CPU per wait. On a GPU the bench's lateness section and
 ``bench/busy_watch_ab.py`` measure the same.
 
     python bench/busy_asks_sim.py --plot PNG A.json [B.json ...]
@@ -73,15 +73,15 @@ async def _round(way: str, streams: list, notifiers: dict, a: argparse.Namespace
     tasks = [asyncio.ensure_future(task(s, random.Random(seed * 1000 + i))) for i, s in enumerate(streams)]
     await asyncio.sleep(0.3)
     measuring = True
-    c0, w0 = time.process_time(), clock()
+    c0, w0, t0 = time.process_time(), clock(), time.thread_time()
     await asyncio.sleep(a.seconds)
-    c1, w1 = time.process_time(), clock()
+    c1, w1, t1 = time.process_time(), clock(), time.thread_time()
     measuring = False
     stop = True
     await asyncio.gather(*tasks)
     late.sort()
     return {"p50": late[len(late) // 2], "p99": late[int(len(late) * 0.99)], "cores": (c1 - c0) / (w1 - w0),
-            "waits_per_s": len(late) / (w1 - w0)}
+            "waits_per_s": len(late) / (w1 - w0), "loop_us_per_wait": (t1 - t0) / len(late) * 1e6}
 
 
 async def _main(a: argparse.Namespace) -> dict:
@@ -108,15 +108,20 @@ def plot(png: str, paths: list[str]) -> None:
     import matplotlib.pyplot as plt
 
     docs = [json.load(open(p)) for p in paths]
-    fig, axes = plt.subplots(1, len(docs), figsize=(3.2 * len(docs), 3.4), squeeze=False)
-    for ax, doc in zip(axes[0], docs):
+    cols = min(5, len(docs))
+    rows = -(-len(docs) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.2 * rows), squeeze=False)
+    for ax in axes.flat[len(docs):]:
+        ax.set_visible(False)
+    for ax, doc in zip(axes.flat, docs):
         for i, (way, rs) in enumerate(doc["runs"].items()):
             ax.scatter([i] * len(rs), [r["p50"] for r in rs], s=14, color=f"C{i}")
             ax.plot([i - 0.3, i + 0.3], [statistics.median(r["p50"] for r in rs)] * 2, color=f"C{i}")
         ax.set_xticks(range(len(doc["runs"])), list(doc["runs"]))
         ax.set_ylim(bottom=0)
-        ax.set_title(f"{doc['args']['streams']} streams, {doc['args']['loop']}", fontsize=9)
-    axes[0][0].set_ylabel("p50 lateness per round, µs")
+        ax.set_title(f"{doc['args']['streams']} streams, {doc['args']['loop']}, {doc['args']['launch_us']:g} µs held", fontsize=8)
+    for row in axes:
+        row[0].set_ylabel("p50 lateness per round, µs")
     fig.tight_layout()
     fig.savefig(png, dpi=100)
 
@@ -142,10 +147,11 @@ def main() -> None:
     runs = asyncio.run(_main(a))
     print(f"{a.loop}, simulator: {a.streams} streams, random 50-3000 us kernels, {a.launch_us:g} us held per launch;"
           f" medians of {a.rounds} rounds")
-    print(f"  {'way':8s} {'p50 us':>8s} {'p99 us':>8s} {'cores':>6s} {'waits/s':>8s}")
+    print(f"  {'way':8s} {'p50 us':>8s} {'p99 us':>8s} {'cores':>6s} {'waits/s':>8s} {'loop us/wait':>12s}")
     for way, rs in runs.items():
         med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
-        print(f"  {way:8s} {med['p50']:8.0f} {med['p99']:8.0f} {med['cores']:6.2f} {med['waits_per_s']:8.0f}")
+        print(f"  {way:8s} {med['p50']:8.0f} {med['p99']:8.0f} {med['cores']:6.2f} {med['waits_per_s']:8.0f}"
+              f" {med['loop_us_per_wait']:12.1f}")
     if a.out:
         with open(a.out, "w") as f:
             json.dump({"args": vars(a), "runs": runs}, f, indent=1)
