@@ -18,7 +18,8 @@ step 2). Three ways take turns within every round:
 Lateness: the time the task resumed minus the kernel's end (its launch
 plus its length: the simulator ends a kernel at that time). Prints, per
 way, the medians over the rounds of the p50 and p99 lateness, the process's
-cores, the waits a second and the loop's thread's CPU per wait. On a GPU the bench's lateness section and
+cores, the waits a second, the loop's thread's CPU per wait, and the asks
+(driver queries on the loop's thread) and watches per wait. On a GPU the bench's lateness section and
 ``bench/busy_watch_ab.py`` measure the same.
 
     python bench/busy_asks_sim.py --plot PNG A.json [B.json ...]
@@ -50,7 +51,24 @@ def _hold(seconds: float) -> None:
         pass
 
 
-async def _round(way: str, streams: list, notifiers: dict, a: argparse.Namespace, seed: int) -> dict:
+def _counted(n, counts: dict):  # type: ignore[no-untyped-def]
+    """``n`` with its asks (adapter_done_now) and watches counted into ``counts``."""
+    done_now, watch = n.adapter_done_now, n.adapter_watch
+
+    def ask(t):  # type: ignore[no-untyped-def]
+        counts["asks"] += 1
+        return done_now(t)
+
+    def watched(t):  # type: ignore[no-untyped-def]
+        counts["watches"] += 1
+        return watch(t)
+
+    n.adapter_done_now, n.adapter_watch = ask, watched
+    return n
+
+
+async def _round(way: str, streams: list, notifiers: dict, a: argparse.Namespace, seed: int,
+                 counts: dict) -> dict:
     late: list[float] = []
     stop = False
     measuring = False
@@ -64,7 +82,9 @@ async def _round(way: str, streams: list, notifiers: dict, a: argparse.Namespace
             t0 = clock()
             if way == "sleep0":
                 while not s.query():
+                    counts["asks"] += 1
                     await asyncio.sleep(0)
+                counts["asks"] += 1
             else:
                 await notifiers[way].wait(s)
             if measuring:
@@ -73,27 +93,32 @@ async def _round(way: str, streams: list, notifiers: dict, a: argparse.Namespace
     tasks = [asyncio.ensure_future(task(s, random.Random(seed * 1000 + i))) for i, s in enumerate(streams)]
     await asyncio.sleep(0.3)
     measuring = True
+    counts.update(asks=0, watches=0)
     c0, w0, t0 = time.process_time(), clock(), time.thread_time()
     await asyncio.sleep(a.seconds)
     c1, w1, t1 = time.process_time(), clock(), time.thread_time()
+    asks, watches = counts["asks"], counts["watches"]
     measuring = False
     stop = True
     await asyncio.gather(*tasks)
     late.sort()
     return {"p50": late[len(late) // 2], "p99": late[int(len(late) * 0.99)], "cores": (c1 - c0) / (w1 - w0),
-            "waits_per_s": len(late) / (w1 - w0), "loop_us_per_wait": (t1 - t0) / len(late) * 1e6}
+            "waits_per_s": len(late) / (w1 - w0), "loop_us_per_wait": (t1 - t0) / len(late) * 1e6,
+            "asks_per_wait": asks / len(late), "watches_per_wait": watches / len(late)}
 
 
 async def _main(a: argparse.Namespace) -> dict:
     dev = cudafd.sim.Device()
     streams = [dev.stream() for _ in range(a.streams)]
-    notifiers = {"cudafd": cudafd.Notifier("event"), "oneask": one_ask(cudafd.Notifier("event"))}
+    counts = {"asks": 0, "watches": 0}
+    notifiers = {"cudafd": _counted(cudafd.Notifier("event"), counts),
+                 "oneask": _counted(one_ask(cudafd.Notifier("event")), counts)}
     runs: dict[str, list[dict]] = {w: [] for w in WAYS}
     try:
         for r in range(a.rounds):
             order = WAYS if r % 2 == 0 else WAYS[::-1]
             for way in order:
-                runs[way].append(await _round(way, streams, notifiers, a, r))
+                runs[way].append(await _round(way, streams, notifiers, a, r, counts))
     finally:
         for n in notifiers.values():
             n.close()
@@ -147,11 +172,12 @@ def main() -> None:
     runs = asyncio.run(_main(a))
     print(f"{a.loop}, simulator: {a.streams} streams, random 50-3000 us kernels, {a.launch_us:g} us held per launch;"
           f" medians of {a.rounds} rounds")
-    print(f"  {'way':8s} {'p50 us':>8s} {'p99 us':>8s} {'cores':>6s} {'waits/s':>8s} {'loop us/wait':>12s}")
+    print(f"  {'way':8s} {'p50 us':>8s} {'p99 us':>8s} {'cores':>6s} {'waits/s':>8s} {'loop us/wait':>12s}"
+          f" {'asks/wait':>9s} {'watches/wait':>12s}")
     for way, rs in runs.items():
         med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
         print(f"  {way:8s} {med['p50']:8.0f} {med['p99']:8.0f} {med['cores']:6.2f} {med['waits_per_s']:8.0f}"
-              f" {med['loop_us_per_wait']:12.1f}")
+              f" {med['loop_us_per_wait']:12.1f} {med['asks_per_wait']:9.2f} {med['watches_per_wait']:12.2f}")
     if a.out:
         with open(a.out, "w") as f:
             json.dump({"args": vars(a), "runs": runs}, f, indent=1)
