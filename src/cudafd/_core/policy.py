@@ -47,9 +47,9 @@ exception, cancellation), so the bookkeeping here is undone.
    worth; and a wait that is told resumes no sooner than the pass after
    the one whose callback hears of it, more than a pass after the poller
    found the end, where a wait that asks resumes in the pass that found it
-   (docs/performance.md, "64 streams"). Never more than BUSY_ASKS asks:
-   waits asking in a loop that has nothing else to do make its passes long
-   by themselves.
+   (docs/performance.md, "After a long pass, ask again"). Never more than
+   BUSY_ASKS asks: waits asking in a loop that has nothing else to do make
+   its passes long by themselves.
 3. Watch. Then it watches (Notifier.adapter_watch: the core records an event
    and its poller finds the end) and parks on the token.
 4. Or asks until over. A Notifier whose tasks ask about their waits
@@ -102,7 +102,7 @@ ASK_RATIO = 16  # a wait is asked again after 1/16 of its age (within a quarter 
 QUICK_YIELD_EVERY = 8  # a yield after this many waits in a row that were over before they began
 BUSY_ASKS = 4  # the most asks of a wait before it watches while the passes are long (step 2)
 
-_now = time.perf_counter_ns
+_now = time.perf_counter_ns  # the clock that times a pass (tests stop it)
 
 
 def ask_interval_ns(age_ns: int, budget_ns: int) -> int:
