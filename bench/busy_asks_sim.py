@@ -1,11 +1,12 @@
 """A busy loop's waits on the simulator: asking after each long pass against one ask, side by side.
 
-    python bench/busy_asks_sim.py [--streams 64] [--launch-us 25] [--rounds 6] [--seconds 1.5]
-                                  [--loop asyncio] [--out FILE]
+    python bench/busy_asks_sim.py [--streams 64] [--launch-us 25] [--kernels 50:3000] [--rounds 6]
+                                  [--seconds 1.5] [--loop asyncio] [--out FILE]
 
 N tasks on the simulator, each looping over (hold the loop's thread
 ``--launch-us`` µs, as a framework's launch and timing event do on a GPU;
-launch a random 50-3000 µs kernel; await it). With enough streams the
+launch a kernel of a length drawn from ``--kernels``, uniform, 50-3000 µs
+by default; await it). With enough streams the
 loop's thread is saturated and its passes last milliseconds, which is when
 a wait asks after each pass instead of watching (cudafd/_core/policy.py,
 step 2). Three ways take turns within every round:
@@ -70,13 +71,14 @@ def _counted(n, counts: dict):  # type: ignore[no-untyped-def]
 async def _round(way: str, streams: list, notifiers: dict, a: argparse.Namespace, seed: int,
                  counts: dict) -> dict:
     late: list[float] = []
+    lo, hi = (float(x) * 1e-6 for x in a.kernels.split(":"))
     stop = False
     measuring = False
     clock = time.perf_counter
 
     async def task(s, rnd: random.Random) -> None:
         while not stop:
-            k = rnd.uniform(50e-6, 3000e-6)
+            k = rnd.uniform(lo, hi)
             _hold(a.launch_us * 1e-6)
             s.launch(k)
             t0 = clock()
@@ -157,6 +159,7 @@ def main() -> None:
     ap.add_argument("json", nargs="*")
     ap.add_argument("--streams", type=int, default=64)
     ap.add_argument("--launch-us", type=float, default=25.0)
+    ap.add_argument("--kernels", default="50:3000", metavar="LO:HI", help="kernel lengths, uniform, µs")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--seconds", type=float, default=1.5)
     ap.add_argument("--loop", default="asyncio", choices=["asyncio", "uvloop"])
@@ -170,7 +173,8 @@ def main() -> None:
 
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     runs = asyncio.run(_main(a))
-    print(f"{a.loop}, simulator: {a.streams} streams, random 50-3000 us kernels, {a.launch_us:g} us held per launch;"
+    print(f"{a.loop}, simulator: {a.streams} streams, kernels of {a.kernels.replace(':', '-')} us,"
+          f" {a.launch_us:g} us held per launch;"
           f" medians of {a.rounds} rounds")
     print(f"  {'way':8s} {'p50 us':>8s} {'p99 us':>8s} {'cores':>6s} {'waits/s':>8s} {'loop us/wait':>12s}"
           f" {'asks/wait':>9s} {'watches/wait':>12s}")
