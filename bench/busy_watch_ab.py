@@ -14,11 +14,15 @@ polling and the loop told at once:
 * ``cudafd_oneask``: one ask after the yield, then the watch, however long
   the pass was (a policy whose ``busy_asks`` is 1).
 
-Two workloads: the lateness section's N streams each looping over (random
-50-3000 µs kernel, await), lateness from timing events on one wait in 8 as
-in the bench (:mod:`cudafd._bench.lateness`), and the throughput section's 64 streams of
-100 µs kernels (:mod:`cudafd._bench.throughput`), awaits per second against
-``sleep(0)``'s in the same round. Prints a table; ``--out`` keeps the JSON.
+Two workloads: the lateness section's (one stream of 50 µs and of random
+kernels, beside the spin floor; 4, 16 and 64 streams each looping over a
+random 50-3000 µs kernel and an await, lateness from timing events on one
+wait in 8 as in the bench, :mod:`cudafd._bench.lateness`), and the
+throughput section's 64 streams of 100 µs kernels
+(:mod:`cudafd._bench.throughput`), awaits per second against ``sleep(0)``'s
+in the same round. Prints a table; ``--out`` keeps the JSON.
+``$AB_PARAMS`` (JSON) overrides the lateness section's parameters, e.g.
+``{"torch": false, "window_s": 0.1}`` for a short run on the simulator.
 
     python bench/busy_watch_ab.py --plot OUT.png A.json [B.json ...]
 
