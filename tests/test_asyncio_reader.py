@@ -7,15 +7,6 @@ import pytest
 from support import MECHANISMS
 
 import cudafd
-from cudafd._core import policy
-
-
-@pytest.fixture(autouse=True)
-def _no_long_passes(monkeypatch):
-    """These tests count what waits that park do: the policy's clock stands still, so that
-    no pass of a slow machine counts as long and has a wait ask again instead (policy.py,
-    step 2; tests/test_wait_steps.py)."""
-    monkeypatch.setattr(policy, "_now", lambda: 0)
 
 
 class _Counting:

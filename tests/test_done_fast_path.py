@@ -144,15 +144,11 @@ def test_lone_wait_after_a_fault_still_raises(dev, flavor, mechanism):
 # ---- every loop: the ask again ahead of the watch (cudafd._core.policy) ----
 # A lone wait on work still running yields to the loop once and asks the
 # driver again before it sets up a watch. These tests script the driver's
-# answer (Notifier.adapter_done_now) so they do not depend on the machine's
-# speed, and stop the policy's clock so that no pass counts as long (on a
-# slow or loaded machine one can, and the wait then asks again after it:
-# tests/test_wait_steps.py tests that).
+# answer (Notifier.adapter_done_now) so they do not depend on the machine's speed.
 
 
-def _scripted(notifier, answers, monkeypatch):
-    """Make notifier.adapter_done_now give `answers` (then True); count watches; no pass is long."""
-    monkeypatch.setattr(policy, "_now", lambda: 0)
+def _scripted(notifier, answers):
+    """Make notifier.adapter_done_now give `answers` (then True); count watches."""
     calls = {"done_now": 0, "watch": 0}
     answers = list(answers)
     real_watch = notifier.adapter_watch
@@ -170,11 +166,11 @@ def _scripted(notifier, answers, monkeypatch):
     return calls
 
 
-def test_short_wait_ends_ahead_of_any_watch(dev, loop_flavor, mechanism, monkeypatch):
+def test_short_wait_ends_ahead_of_any_watch(dev, loop_flavor, mechanism):
     s = dev.stream()
 
     async def body(api):
-        calls = _scripted(api.notifier, [False], monkeypatch)  # running at the first look, over at the second
+        calls = _scripted(api.notifier, [False])  # running at the first look, over at the second
         ran = []
 
         async def waiter():
@@ -193,12 +189,12 @@ def test_short_wait_ends_ahead_of_any_watch(dev, loop_flavor, mechanism, monkeyp
     run(loop_flavor, mechanism, body)
 
 
-def test_wait_still_running_after_one_yield_is_watched(dev, loop_flavor, mechanism, monkeypatch):
+def test_wait_still_running_after_one_yield_is_watched(dev, loop_flavor, mechanism):
     s = dev.stream()
 
     async def body(api):
         s.launch(0.05)
-        calls = _scripted(api.notifier, [False] * 10**6, monkeypatch)  # the driver never says "done"
+        calls = _scripted(api.notifier, [False] * 10**6)  # the driver never says "done"
         await api.notifier.wait(s)  # the watch's own report ends it
         assert calls == {"done_now": 2, "watch": 1}  # the fast path, one ask again, the watch
         assert api.notifier.pending == 0
@@ -206,7 +202,7 @@ def test_wait_still_running_after_one_yield_is_watched(dev, loop_flavor, mechani
     run(loop_flavor, mechanism, body)
 
 
-def test_a_wait_asking_again_is_not_lone_for_others(dev, loop_flavor, mechanism, monkeypatch):
+def test_a_wait_asking_again_is_not_lone_for_others(dev, loop_flavor, mechanism):
     # A second wait on the stream meanwhile must not take the lone path too,
     # nor watch while the first has not: its record would come first, and it
     # would resume first. It waits its turn behind the first (it never asks
@@ -214,7 +210,7 @@ def test_a_wait_asking_again_is_not_lone_for_others(dev, loop_flavor, mechanism,
     s = dev.stream()
 
     async def body(api):
-        calls = _scripted(api.notifier, [False] * 10**6, monkeypatch)
+        calls = _scripted(api.notifier, [False] * 10**6)
         s.launch(0.05)
         order = []
 
@@ -229,12 +225,12 @@ def test_a_wait_asking_again_is_not_lone_for_others(dev, loop_flavor, mechanism,
     run(loop_flavor, mechanism, body)
 
 
-def test_cancel_while_asking_again_leaves_nothing(dev, loop_flavor, mechanism, monkeypatch):
+def test_cancel_while_asking_again_leaves_nothing(dev, loop_flavor, mechanism):
     s = dev.stream()
 
     async def body(api):
         s.launch(0.05)
-        calls = _scripted(api.notifier, [False] * 10**6, monkeypatch)
+        calls = _scripted(api.notifier, [False] * 10**6)
         assert await api.cancelled_when(lambda: calls["done_now"] >= 1, api.notifier.wait(s))
         assert calls["watch"] <= 1 and api.notifier.pending == 0  # (trio may run it to its watch first)
         assert api.notifier.statistics()["loop_busy"] == 0

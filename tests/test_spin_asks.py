@@ -95,7 +95,6 @@ class _Stub:
     """A Notifier whose tasks ask: every wait watches; asks answer from a script."""
 
     adapter_asks = True
-    max_lateness = 400e-6
 
     def __init__(self) -> None:
         self.over: set[int] = set()

@@ -3,7 +3,6 @@ flavor (asyncio, uvloop, trio, blocking) and every mechanism."""
 from __future__ import annotations
 
 import random
-import time
 
 import pytest
 
@@ -149,38 +148,3 @@ def test_waits_on_one_stream_return_in_start_order(dev, loop_flavor, mechanism):
                 assert returned == [0, 1, 2], (kernel, returned)
 
     run(loop_flavor, mechanism, body)
-
-
-@pytest.mark.asyncio_only  # trio runs a batch of ready tasks in random order: two steps of one
-# task may have no step of another between them, so a pass there need not hold the hog's step
-def test_in_a_loop_of_long_passes_a_wait_asks_at_each_instead_of_watching(dev, loop_flavor):
-    """Another task holds the loop 3 ms in each of its steps, so every pass outlasts the
-    budget (400 µs): the wait on a 6 ms kernel, not over at its first ask, asks after each
-    pass and ends when an ask finds the work over, without a watch (cudafd/_core/policy.py,
-    step 2: up to BUSY_ASKS asks, 12 ms of such passes)."""
-    s = dev.stream()
-
-    async def body(api):
-        n = api.notifier
-        watched = []
-        watch = n.adapter_watch
-        n.adapter_watch = lambda t: watched.append(t) or watch(t)
-        done = False
-
-        async def hog():
-            while not done:
-                time.sleep(0.003)  # a step that holds the loop
-                await api.sleep(0)
-
-        async def waiter():
-            nonlocal done
-            await api.sleep(0)  # the hog holds the loop from here on
-            s.launch(0.006)
-            await api.wait(s)
-            assert s.idle(), "wait returned before the stream's work finished"
-            done = True
-
-        await api.gather(hog(), waiter())
-        return watched
-
-    assert run(loop_flavor, "event", body) == []

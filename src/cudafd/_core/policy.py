@@ -39,17 +39,7 @@ exception, cancellation), so the bookkeeping here is undone.
    for longer costs the loop's CPU for nothing: on the H200 a 30 µs window
    of asks was later than one ask on 13 of 16 workloads, earlier on 3 by no
    more than the spread between runs, and up to 0.09 cores dearer
-   (docs/performance.md). But while the pass it yielded through was longer
-   than its budget (the Notifier's max_lateness), it yields and asks again,
-   up to BUSY_ASKS asks in all. A loop whose passes are that long is busy
-   whether the wait asks or not, so an ask per pass costs the loop one
-   driver query, where a watch costs the loop its hand-off, several asks'
-   worth; and a wait that is told resumes no sooner than the pass after
-   the one whose callback hears of it, more than a pass after the poller
-   found the end, where a wait that asks resumes in the pass that found it
-   (docs/performance.md, "After a long pass, ask again"). Never more than
-   BUSY_ASKS asks: waits asking in a loop that has nothing else to do make
-   its passes long by themselves.
+   (docs/performance.md).
 3. Watch. Then it watches (Notifier.adapter_watch: the core records an event
    and its poller finds the end) and parks on the token.
 4. Or asks until over. A Notifier whose tasks ask about their waits
@@ -91,18 +81,14 @@ on their loop's thread only, so nothing here needs a lock.
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Generator
 from typing import Any
 
-__all__ = ["ASK_RATIO", "BUSY_ASKS", "QUICK_YIELD_EVERY", "Lane", "WaitPolicy", "ask_interval_ns"]
+__all__ = ["ASK_RATIO", "QUICK_YIELD_EVERY", "Lane", "WaitPolicy", "ask_interval_ns"]
 
 ASK_RATIO = 16  # a wait is asked again after 1/16 of its age (within a quarter of its budget and the budget)
 QUICK_YIELD_EVERY = 8  # a yield after this many waits in a row that were over before they began
-BUSY_ASKS = 4  # the most asks of a wait before it watches while the passes are long (step 2)
-
-_now = time.perf_counter_ns  # the clock that times a pass (tests stop it)
 
 
 def ask_interval_ns(age_ns: int, budget_ns: int) -> int:
@@ -114,7 +100,6 @@ class WaitPolicy:
     """The waits in progress of one adapter object, by stream (module docstring)."""
 
     __slots__ = ("_streams", "_unwatched", "_quick", "_asking", "_fast_yields")
-    busy_asks = BUSY_ASKS  # (a class attribute: a benchmark's subclass may ask fewer times)
 
     def __init__(self, fast_yields: bool = False) -> None:
         self._fast_yields = fast_yields  # the fast path yields once every time (trio's checkpoint)
@@ -167,22 +152,12 @@ class WaitPolicy:
             else:
                 line.append(me)
             try:
-                asks = 0
-                long_pass = False
-                while True:
-                    if lone or asks:
-                        began = _now()
-                        yield None  # step 2: then ask again
-                        long_pass = _now() - began > notifier.max_lateness * 1e9
-                    while line[0] is not me:  # an earlier wait watches (or ends) first
-                        yield None
-                    if streams[key] != len(line):  # an earlier wait in progress: it watched
-                        break
-                    if notifier.adapter_done_now(t):
-                        return
-                    asks += 1
-                    if not long_pass or asks >= self.busy_asks:
-                        break  # step 3
+                if lone:
+                    yield None  # step 2: then ask again
+                while line[0] is not me:  # an earlier wait watches (or ends) first
+                    yield None
+                if streams[key] == len(line) and notifier.adapter_done_now(t):  # none earlier in progress
+                    return
                 token = notifier.adapter_watch(t)
             finally:
                 line.remove(me)
