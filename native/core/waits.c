@@ -29,7 +29,8 @@
 /* A token is generation << SLOT_BITS | slot. The generation counts every wait
  * made in the process, in the 42 bits above the slot, so a token names its
  * wait until 2^42 (4.4e12) more waits have been made: 51 days at a million
- * waits a second. */
+ * waits a second. It then starts again at 1 (0 marks a free slot);
+ * native/tests/token_wrap.c makes waits across that. */
 #define SLOT_BITS 22
 #define SLOT_MASK ((1u << SLOT_BITS) - 1)
 #define GEN_MAX ((UINT64_C(1) << (64 - SLOT_BITS)) - 1)
