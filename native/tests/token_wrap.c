@@ -15,25 +15,10 @@
 #include "../core/waits.c"
 
 #include <dlfcn.h>
-#include <poll.h>
-#include <stdio.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../sim/cudafd_sim.h"
-
-static int passed, failed;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            passed++;                                                                              \
-        } else {                                                                                   \
-            failed++;                                                                              \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                       \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-        }                                                                                          \
-    } while (0)
+#include "check.h"
 
 static CUresult (*sim_ctx_create)(CUdevice, CUcontext *);
 static CUresult (*sim_ctx_destroy)(CUcontext);
@@ -42,29 +27,6 @@ static CUresult (*sim_push)(CUcontext);
 static CUresult (*sim_pop)(CUcontext *);
 static CUresult (*sim_stream_create)(CUstream *, unsigned);
 static CUresult (*sim_stream_destroy)(CUstream);
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Drain until `want` completions arrived or `timeout` seconds passed. */
-static int collect(cudafd_notifier *n, cudafd_completion *got, int want, double timeout)
-{
-    int have = 0;
-    double deadline = now_s() + timeout;
-    while (have < want && now_s() < deadline) {
-        struct pollfd p = {.fd = cudafd_notifier_fd(n), .events = POLLIN};
-        poll(&p, 1, 50);
-        int k = cudafd_drain(n, got + have, want - have);
-        if (k < 0)
-            break;
-        have += k;
-    }
-    return have;
-}
 
 enum { N = 8, BEFORE = 3 }; /* N waits, the first BEFORE of them ahead of the wrap */
 
