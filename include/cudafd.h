@@ -89,7 +89,7 @@ extern "C" {
 typedef struct cudafd_notifier cudafd_notifier;
 
 typedef struct cudafd_completion {
-    uint64_t token; /* as returned by cudafd_watch_*() */
+    uint64_t token; /* as returned by cudafd_watch_*(): nonzero, below 2^63 */
     int64_t status; /* 0, or the CUresult of the failure */
 } cudafd_completion;
 

@@ -26,14 +26,16 @@
 #define CHUNK_BITS 10
 #define CHUNK (1u << CHUNK_BITS)
 #define MAX_CHUNKS 4096 /* 4M concurrent waits */
-/* A token is generation << SLOT_BITS | slot. The generation counts every wait
- * made in the process, in the 42 bits above the slot, so a token names its
- * wait until 2^42 (4.4e12) more waits have been made: 51 days at a million
- * waits a second. It then starts again at 1 (0 marks a free slot);
- * native/tests/token_wrap.c makes waits across that. */
+/* A token is generation << SLOT_BITS | slot, nonzero and below 2^63: it fits
+ * a signed 64-bit integer, and the Python layer numbers the waits it reports
+ * itself from 2^63 up (cudafd/_core/notifier.py). The generation counts every
+ * wait made in the process, in the 41 bits between the slot and the top bit,
+ * so a token names its wait until 2^41 (2.2e12) more waits have been made:
+ * 25 days at a million waits a second. It then starts again at 1 (0 marks a
+ * free slot); native/tests/token_wrap.c makes waits across that. */
 #define SLOT_BITS 22
 #define SLOT_MASK ((1u << SLOT_BITS) - 1)
-#define GEN_MAX ((UINT64_C(1) << (64 - SLOT_BITS)) - 1)
+#define GEN_MAX ((UINT64_C(1) << (63 - SLOT_BITS)) - 1)
 _Static_assert((uint64_t)MAX_CHUNKS * CHUNK <= (uint64_t)1 << SLOT_BITS, "a slot index fits its field");
 
 static cfd_wait *chunks[MAX_CHUNKS];

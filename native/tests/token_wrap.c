@@ -3,11 +3,11 @@
  * simulator ($CUDAFD_DRIVER).
  *
  * A token is generation << SLOT_BITS | slot, and the generation starts again
- * at 1 after GEN_MAX. Reaching that takes 2^42 waits, so this test includes
+ * at 1 after GEN_MAX. Reaching that takes 2^41 waits, so this test includes
  * waits.c itself (linked with the rest of the core, waits.c left out) and
  * sets the counter a few waits short of it. Through the public API it then
  * checks, for each mechanism, that the waits made across the wrap get
- * distinct tokens with a nonzero generation, complete in order with their
+ * distinct tokens with a nonzero generation, all below 2^63, complete in order with their
  * own tokens, that a cancel across the wrap takes and a second one does not,
  * and that the token of a finished wait whose slot was reused after the wrap
  * is unknown. The core's live counts return to zero.
@@ -54,6 +54,8 @@ static void across_the_wrap(int mech, CUcontext ctx)
         uint64_t want = i < BEFORE ? GEN_MAX - BEFORE + 1 + (uint64_t)i : (uint64_t)(i - BEFORE + 1);
         CHECK(gen == want, "mech %d: wait %d has generation %llu, not %llu", mech, i, (unsigned long long)gen,
               (unsigned long long)want);
+        CHECK(tok[i] != 0 && tok[i] >> 63 == 0, "mech %d: wait %d has token %llx: not in 1 .. 2^63 - 1", mech, i,
+              (unsigned long long)tok[i]);
         for (int j = 0; j < i; j++)
             CHECK(tok[i] != tok[j], "mech %d: waits %d and %d share a token", mech, j, i);
     }

@@ -99,7 +99,7 @@ from .targets import Target, resolve
 __all__ = ["Notifier", "MECHANISMS", "default_mechanism"]
 
 MECHANISMS = ("event", "hostfunc", "spin", "poll", "syncfd")
-_DONE_TOKEN_BASE = 1 << 63  # tokens of waits complete on arrival (native tokens stay below)
+_DONE_TOKEN_BASE = 1 << 63  # tokens of waits complete on arrival (native tokens stay below: waits.c)
 _LATER_RELEASE, _LATER_CLOSE = -1, -2  # Notifier._later's entries beside tokens (never negative)
 _CLOSED_MESSAGE = "the Notifier was closed while this wait was pending (the GPU work is not cancelled)"
 
