@@ -362,7 +362,7 @@ def test_a_loop_stopped_after_its_last_wait_then_closed_gives_the_fd_back(dev, m
     async def last_wait():
         s.launch(0.01)
         await cudafd.wait(s, notifier=n)
-        loop.stop()
+        asyncio.get_running_loop().stop()
 
     loop.create_task(last_wait())
     loop.run_forever()
