@@ -71,8 +71,9 @@ extern "C" {
  * cudafd_syncfd_report(). */
 #define CUDAFD_MECH_SYNCFD 3
 
-/* Tunables for cudafd_set_option(); process-wide, take effect for new waits. */
-#define CUDAFD_OPT_WATCHDOG_NS 0 /* hostfunc: how often pending points are checked for faults */
+/* Tunables for cudafd_set_option(); process-wide. */
+/* hostfunc: how often pending points are checked for faults (from the watchdog's next check) */
+#define CUDAFD_OPT_WATCHDOG_NS 0
 /* event: the default max_lateness of new notifiers (cudafd_notifier_set_max_lateness) */
 #define CUDAFD_OPT_MAX_LATENESS_NS 1
 
@@ -113,7 +114,7 @@ int cudafd_driver_load(void);
 const char *cudafd_driver_path(void);
 /* The driver's version, e.g. 13000 (loads the driver). */
 int cudafd_driver_version(int *version);
-/* Fill *name with the driver's name for a CUresult ("CUDA_ERROR_ILLEGAL_ADDRESS");
+/* The driver's name for a CUresult ("CUDA_ERROR_ILLEGAL_ADDRESS");
  * falls back to "CUDA_ERROR_<code>" where the driver does not know it. Never NULL. */
 const char *cudafd_cuda_error_name(int code);
 
@@ -269,7 +270,7 @@ int cudafd_release_idle(void);
  * and cumulative totals:
  *   8 completed  completions delivered
  *   9 faults     completions with a nonzero status
- *  10 queries    event queries made by the poller
+ *  10 queries    event queries made by the poller and by cudafd_ask_token
  *  11 wakes      times the poller woke from a sleep */
 #define CUDAFD_STAT_COUNT 12
 const char *cudafd_stat_name(int index);

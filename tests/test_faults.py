@@ -37,8 +37,8 @@ def test_fault_reaches_every_waiter(flavor, mechanism):
 @pytest.mark.parametrize("mechanism", ["event", "hostfunc"])
 def test_fault_reaches_blocked_waiters_promptly(flavor, mechanism):
     """As on an H200, a cuEventSynchronize blocked when the context faults
-    returns only much later (CUDAFD_SIM_LATE_FAULT_MS): the core's health
-    check of blocked lanes must still report the fault at once."""
+    returns only much later (CUDAFD_SIM_LATE_FAULT_MS): the fault must still
+    reach every wait at once (the poller and the watchdog only query)."""
     env = child_env(CUDAFD_SIM_LATE_FAULT_MS="5000", CUDAFD_SIMULATOR="1")
     code = (
         "import json, cudafd; cudafd.use_simulator()\n"

@@ -57,6 +57,18 @@ int cfd_fail(int code, const char *fmt, ...)
     return code;
 }
 
+int cfd_closed_error(void) { return cfd_fail(CUDAFD_E_CLOSED, "the notifier is closed"); }
+
+/* A notifier made before a fork(), used in the child: its waits are the
+ * parent's (fork.c). */
+int cfd_inherited_error(void)
+{
+    return cfd_fail(CUDAFD_E_STATE, "this notifier was made before a fork(): in the child it can only be "
+                                    "closed; CUDA cannot be used in a process forked after its parent used "
+                                    "it (start child processes with multiprocessing's 'spawn' or "
+                                    "'forkserver' start method)");
+}
+
 CFD_API const char *cudafd_cuda_error_name(int code)
 {
     static __thread char fallback[32];

@@ -40,6 +40,8 @@ void cfd_driver_fork_prepare(void); /* fork.c: the load lock held across a fork(
 void cfd_driver_fork_done(void);
 int cfd_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int cfd_fail_cuda(CUresult r, const char *what);
+int cfd_inherited_error(void); /* CUDAFD_E_STATE: a notifier made before a fork(), used in the child */
+int cfd_closed_error(void);    /* CUDAFD_E_CLOSED: the notifier is closed */
 
 /* Make ctx current on this thread if it is not (watch.c); *pushed: pop it
  * after with cfd_leave_ctx. Fails with the driver's error. */
@@ -208,8 +210,6 @@ void cfd_notifier_signal(struct cudafd_notifier *n); /* make the eventfd readabl
 /* CUDAFD_OK, or CUDAFD_E_STATE in a child forked after this process used the
  * driver: CUDA cannot be used there. */
 int cfd_fork_check(void);
-int cfd_inherited_error(void); /* CUDAFD_E_STATE: a notifier made before a fork(), used in the child */
-int cfd_closed_error(void);    /* CUDAFD_E_CLOSED: the notifier is closed */
 /* cudafd_drain's work (notifier.c): up to max queued completions into out,
  * clearing the fd once the queue is empty; CUDAFD_E_CLOSED once closed and
  * empty. Takes n->mu (inside g.mu if held). */

@@ -76,18 +76,6 @@ CFD_API int cudafd_notifier_set_max_lateness(cudafd_notifier *n, int64_t ns)
     return closed ? cfd_closed_error() : CUDAFD_OK;
 }
 
-int cfd_closed_error(void) { return cfd_fail(CUDAFD_E_CLOSED, "the notifier is closed"); }
-
-/* A notifier made before a fork(), used in the child: its waits are the
- * parent's (fork.c). */
-int cfd_inherited_error(void)
-{
-    return cfd_fail(CUDAFD_E_STATE, "this notifier was made before a fork(): in the child it can only be "
-                                    "closed; CUDA cannot be used in a process forked after its parent used "
-                                    "it (start child processes with multiprocessing's 'spawn' or "
-                                    "'forkserver' start method)");
-}
-
 CFD_API int cudafd_drain(cudafd_notifier *n, cudafd_completion *out, int max)
 {
     if (!n || (!out && max > 0) || max < 0)

@@ -16,7 +16,7 @@ caller's event loop knows it has finished:
   one Notifier per mechanism shared by every stream (what the default
   ``cudafd.wait`` does with its per-loop Notifier).
 
-Two bounds are not ways of waiting but limits no way of waiting can pass,
+Four bounds are not ways of waiting but limits no way of waiting can pass,
 measured in the same run so a target they put out of reach shows it:
 
 * ``bound_sleep`` (CPU): the loop thread asleep for exactly the kernel's

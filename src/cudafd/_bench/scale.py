@@ -12,7 +12,8 @@ Figures: resident memory added by the watches (/proc/self/statm) per wait
 (cudafd's native records, its pooled events and the Notifier's bookkeeping;
 the caller's own futures are not included); peak native threads of cudafd
 (``cudafd.stats()["threads"]``, sampled every 2 ms and at every drain)
-against the cap on blocking waiters; peak threads of the whole process;
+against the threads a notifier may need (the poller; for hostfunc its
+watchdog); peak threads of the whole process;
 completions per second once the gate opens: every wait over the time from
 the gate's completion (seen by a thread polling cuEventQuery every ~50 µs)
 to the last completion drained by the event loop through the fd.

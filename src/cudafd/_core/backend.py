@@ -1,8 +1,8 @@
 """The interface between a Notifier and the mechanism that learns of GPU progress.
 
-Two implementations: ``_native.NativeBackend`` (the C core: mechanisms
+Two implementations: ``native.NativeBackend`` (the C core: mechanisms
 "event", "hostfunc", "spin", "syncfd"; for spin also ``ask_token`` and
-``set_asking``, Notifier.adapter_ask) and ``_poll.PollBackend`` (pure Python over the
+``set_asking``, Notifier.adapter_ask) and ``poll.PollBackend`` (pure Python over the
 driver: mechanism "poll"). The Notifier serialises every call under its own
 lock, so a backend needs no locking of its own, and it keeps the bookkeeping
 that is the same for both (which tokens are pending, what close() reports).
@@ -20,7 +20,7 @@ __all__ = ["Backend"]
 
 class Backend(Protocol):
     mechanism: str
-    needs_polling: bool  # True: nothing wakes the fd unless poll() is called (or a helper thread does: _poll.py)
+    needs_polling: bool  # True: nothing wakes the fd unless poll() is called (or a helper thread does: poll.py)
 
     def fileno(self) -> int:
         """The eventfd that is readable while completions are queued (and once closed)."""

@@ -3,7 +3,7 @@
 ``Notifier.wait()`` and ``await fence`` need the running loop's adapter, which
 lives above the core (``cudafd/_loops/``). The core never imports that layer:
 ``cudafd/_loops/__init__.py`` calls :func:`install` when it is imported (and
-``cudafd/__init__.py`` imports it), handing down two callables:
+``cudafd/__init__.py`` imports it), handing down three callables:
 
 * ``wait(target, notifier=...)``: the coroutine of ``cudafd.wait``. install()
   makes it this module's ``wait`` attribute, which ``Notifier.wait()`` calls,

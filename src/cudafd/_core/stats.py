@@ -16,7 +16,8 @@ def stats() -> dict[str, int]:
     ``eventfds``, ``pending``, ``notifiers``, ``contexts``, ``streams`` (live)
     ``notifications`` (host functions in flight), and ``completed``,
     ``faults``, ``queries``, ``wakes`` (cumulative: ``queries`` counts the
-    poller's event queries, ``wakes`` its wakes from sleep). ``eventfds``
+    event queries of the poller and of the spin mechanism's asks, ``wakes``
+    the poller's wakes from sleep). ``eventfds``
     includes the poller's timerfd while it runs. From the pure-Python "poll"
     mechanism: ``poll_events`` and ``poll_eventfds``.
     Native waiter threads may linger briefly after the last wait; every other

@@ -21,7 +21,8 @@ meanwhile returns after it whatever order trio runs them in.
 Order: waits on one target complete in watch order (the Notifier reports
 them so), but trio runs the tasks woken together in no set order. So the
 watched waits on one target form a *lane* (a policy.Lane: streams by
-handle, other targets by equality), and a reported wait's task is woken
+their stream key, the driver's id for the stream; other targets by
+equality), and a reported wait's task is woken
 only once every earlier wait of its lane has returned (or left): waits on
 one stream return in the order they were started, as under asyncio. Waits
 on different targets are woken together.
@@ -29,8 +30,8 @@ on different targets are woken together.
 With the "spin" mechanism no task parks: each waiting task takes a
 checkpoint and asks about its own wait at every pass (the policy's step 4,
 Notifier.adapter_ask), so the run never sleeps and a task resumes in the
-batch that found its end; a stream's waits end in watch order, the core
-answering "not yet" for a wait while an earlier one of its stream is pending.
+batch that found its end; a stream's waits end in watch order, since of
+the asking waits of a target only the first asks.
 
 With the "poll" mechanism no thread writes the fd: the reader waits on the
 Notifier's timer instead (adapter_hold_fd), which the backend arms for when
