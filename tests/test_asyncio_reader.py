@@ -42,7 +42,7 @@ def test_back_to_back_waits_register_the_reader_once(dev, mechanism):
         n = cudafd.Notifier(mechanism)
         holds = []
         for _ in range(8):
-            s.launch(0.01)  # longer than the fast path and the ask again: every wait parks
+            s.launch(0.2)  # longer than the fast path and the ask again, under any load: every wait parks
             await cudafd.wait(s, notifier=n)
             assert s.idle()
             holds.append(n.statistics()["fd_holds"])
@@ -81,7 +81,7 @@ def test_keeping_the_reader_costs_one_look_per_wait(dev, monkeypatch):
     async def body():
         n = cudafd.Notifier()
         for _ in range(10):
-            s.launch(0.03)  # every wait yields, and the next starts before the look its end scheduled
+            s.launch(0.2)  # every wait yields, and the next starts before the look its end scheduled
             await cudafd.wait(s, notifier=n)
         await _passes(3)
         return n, n.statistics()
@@ -100,7 +100,7 @@ def test_the_reader_goes_when_the_next_wait_takes_the_fast_path(dev):
 
     async def body():
         n = cudafd.Notifier()
-        s.launch(0.01)
+        s.launch(0.2)
         await cudafd.wait(s, notifier=n)  # parked
         await cudafd.wait(s, notifier=n)  # over already: never parks
         await _passes(3)

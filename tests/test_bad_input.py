@@ -81,7 +81,7 @@ def test_wait_outside_any_loop(dev):
 
     s = dev.stream()
     coro = cudafd.wait(s)
-    with pytest.raises((cudafd.CudafdError, RuntimeError)):
+    with pytest.raises(cudafd.CudafdError, match="inside a running event loop"):
         coro.send(None)
     coro.close()
 
@@ -255,11 +255,11 @@ def test_blocking_fence_wait_inside_a_running_loop_warns(dev, library):
     s = dev.stream()
 
     async def body():
-        s.launch(0.02)
+        s.launch(0.3)  # still running at the blocking wait below, which warns only then
         with cudafd.fence(s) as f:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
-                assert f.wait(0) in (True, False)  # only looks: no warning
+                f.wait(0)  # only looks: no warning (an error here)
             with pytest.warns(RuntimeWarning, match=r"blocks the running \w+ event loop.*`await fence`"):
                 assert f.wait()
             with warnings.catch_warnings():

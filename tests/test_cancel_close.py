@@ -179,6 +179,7 @@ def test_a_cancelled_wait_is_never_reported_though_the_other_side_took_it(dev, m
         n.adapter_poll()
         assert n.adapter_drain() == []
         time.sleep(0.001)
+    assert n._kept, "the adapter's drain never took the finished wait"
     assert n.cancel(token) is False  # finished: its result is discarded
     assert n.drain() == [] and n.pending == 0
     n.close()

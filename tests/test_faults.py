@@ -43,10 +43,13 @@ def test_fault_reaches_blocked_waiters_promptly(flavor, mechanism):
     code = (
         "import json, cudafd; cudafd.use_simulator()\n"
         "from fault_scenario import scenario\n"
-        f"print(json.dumps(scenario({flavor!r}, {mechanism!r})))\n"
+        "from support import wait_for_zero_counts\n"
+        f"out = scenario({flavor!r}, {mechanism!r})\n"
+        "print(json.dumps({**out, 'left': wait_for_zero_counts()}))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=HERE, env=env)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert set(result["names"]) == {"CUDA_ERROR_ILLEGAL_ADDRESS"}, result["names"]
     assert result["elapsed"] < 1.5, f"faults took {result['elapsed']:.2f} s to surface"
+    assert not any(result["left"].values()), f"the child left {result['left']}"

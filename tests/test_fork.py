@@ -15,6 +15,7 @@ import pytest
 from support import REAL, child_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+CHILDREN = 5  # fork_scenario.CHILDREN (a script: importing it would set up its process)
 
 
 def _scenario(mechanism: str, when: str) -> dict:
@@ -32,14 +33,14 @@ def _scenario(mechanism: str, when: str) -> dict:
 
 def test_child_after_use_refuses_clearly_and_exits(mechanism):
     out = _scenario(mechanism, "after")
-    assert out["children"] == ["exit 0"] * len(out["children"]), out
+    assert out["children"] == ["exit 0"] * CHILDREN, out
     assert out["parent_ok"], f"the parent's waits broke after the forks: {out}"
 
 
 @pytest.mark.skipif(REAL, reason="on a GPU each child would create its own CUDA context: slow, and not what is tested")
 def test_child_forked_before_use_works(mechanism):
     out = _scenario(mechanism, "before")
-    assert out["children"] == ["exit 0"] * len(out["children"]), out
+    assert out["children"] == ["exit 0"] * CHILDREN, out
     assert out["parent_ok"], out
 
 

@@ -21,8 +21,9 @@ def _fds() -> int:
 
 
 def _close_stragglers() -> None:
-    """Close what a leak left open, so the suite's own leak check after this
-    test reports nothing of it (the assertions above already failed)."""
+    """After a failed test: close what a leak left open, so the suite's own
+    leak check after it reports nothing of it (the test's assertion already
+    failed)."""
     gc.collect()
     for obj in gc.get_objects():
         if isinstance(obj, cudafd.Notifier):
@@ -60,8 +61,9 @@ def test_loops_closed_with_a_wait_pending_leave_nothing(dev):
                 break
             time.sleep(0.05)
         assert not any(left.values()), f"20 loops closed with a wait pending left {left}"
-    finally:
+    except BaseException:
         _close_stragglers()
+        raise
 
 
 @pytest.mark.parametrize("mechanism", NATIVE)
@@ -83,9 +85,13 @@ def test_one_notifier_under_many_loops_keeps_its_fd_count(dev, mechanism):
         gc.collect()
         grown = _fds() - fds
         assert grown <= 2, f"200 asyncio.run calls on one Notifier took {grown} more fds"
-    finally:
+        n.close()
+        after = n.statistics()
+        assert (after["fd_holds"], after["fd_open"]) == (0, 0), after
+    except BaseException:
         n.close()
         _close_stragglers()
+        raise
 
 
 

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@pytest.mark.timeout(660)  # (the run below has its own limit of 600 s)
 @pytest.mark.parametrize("sanitizer", ["", "address", "thread"])
 def test_stress_and_sim_selftest(sanitizer, tmp_path):
     env = dict(os.environ)

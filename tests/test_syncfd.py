@@ -96,6 +96,7 @@ def test_every_probe_failure_is_reported_with_its_step(step):
 def test_doctor_prints_each_step():
     r = subprocess.run([sys.executable, "-m", "cudafd", "doctor", "--sim"], capture_output=True, text=True,
                        timeout=120, env=child_env())
+    assert r.returncode == 0, r.stderr
     assert "syncfd" in r.stdout
     for step in STEPS:
         assert f"syncfd {step}" in r.stdout, r.stdout
