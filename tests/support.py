@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import gc
 import os
+import select
 import subprocess
 import sys
 import time
@@ -234,20 +235,32 @@ async def _trio_gather(aws: tuple[Awaitable[Any], ...]) -> list[Any]:
     return results
 
 
+def readable(fd: Any, timeout: float) -> bool:
+    """Whether ``fd`` (an int or anything with fileno()) turns readable within ``timeout`` s."""
+    return bool(select.select([fd], [], [], timeout)[0])
+
+
+def drain_until(n: cudafd.Notifier, token: int, timeout: float = 10.0,
+                drain: Callable[[], list] | None = None) -> list:
+    """What ``drain`` (default: n.drain) returned, polling and waiting on the fd,
+    until it has returned ``token``; AssertionError if not within ``timeout``."""
+    drain = drain or n.drain
+    deadline = time.monotonic() + timeout
+    got: list = []
+    while time.monotonic() < deadline:
+        n.poll()
+        got += drain()
+        if any(t == token for t, _ in got):
+            return got
+        readable(n.fileno(), 0.001 if n.needs_polling else 0.05)
+    raise AssertionError(f"token {token} never came back; got {got}")
+
+
 def first_watch(n: cudafd.Notifier, target: Any) -> None:
     """One watch of work already over, drained: the notifier's first use of a
     context, where the core makes that context's side streams (a stream made
     while the GPU is busy may wait for it: tests/test_stream_creation.py)."""
-    import select
-
-    token = n.watch(target)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        n.poll()
-        if any(t == token for t, _ in n.drain()):
-            return
-        select.select([n.fileno()], [], [], 0.001 if n.needs_polling else 0.1)
-    raise AssertionError("a wait of work already over never completed")
+    drain_until(n, n.watch(target))
 
 
 def new_loop(flavor: str) -> asyncio.AbstractEventLoop:

@@ -2,10 +2,10 @@
 adapter for another loop would drive it."""
 from __future__ import annotations
 
-import select
 import time
 
 import pytest
+from support import drain_until
 
 import cudafd
 from cudafd._core.targets import resolve
@@ -19,18 +19,6 @@ class Owner:
 
     def busy(self) -> bool:
         return self.waits > 0
-
-
-def _until_drained(n, drain, token):
-    deadline = time.monotonic() + 10
-    got = []
-    while time.monotonic() < deadline:
-        n.poll()
-        got += drain()
-        if any(t == token for t, _ in got):
-            return got
-        select.select([n.fileno()], [], [], 0.001 if n.needs_polling else 0.05)
-    raise AssertionError(f"token {token} never came back; got {got}")
 
 
 def test_a_claim_holds_while_its_owner_is_busy(mechanism):
@@ -69,7 +57,7 @@ def test_adapter_and_plain_completions_go_to_their_own_drain(dev, mechanism):
         s.launch(0.02)
         mine = n.adapter_watch(resolve(s))
         theirs = n.watch(s)
-        got = _until_drained(n, n.drain, theirs)
+        got = drain_until(n, theirs)
         time.sleep(0.05)  # the adapter's wait is over and found too (spin: by the poller's backstop)
         got += n.drain()
         assert [t for t, _ in got] == [theirs]  # the adapter's token is kept for it
@@ -84,7 +72,7 @@ def test_an_adapter_completion_taken_by_drain_still_reaches_the_adapter_after_cl
     s.launch(0.02)
     mine = n.adapter_watch(resolve(s))
     theirs = n.watch(s)
-    _until_drained(n, n.drain, theirs)
+    drain_until(n, theirs)
     time.sleep(0.05)
     n.poll()
     n.drain()  # takes the adapter's completion too, and keeps it for it

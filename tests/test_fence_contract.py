@@ -4,7 +4,6 @@ threading.Event.wait takes, and the poll mechanism's fd turns readable by
 itself, so a plain select() loop never sleeps past the point."""
 from __future__ import annotations
 
-import select
 import selectors
 import threading
 import time
@@ -12,13 +11,10 @@ import time
 import pytest
 
 import cudafd
-from support import REAL
+from support import REAL, readable
 
 LONG_TIMEOUTS = [3e6, 1e300, 10**30, float("inf"), None]
 
-
-def _readable(fd: int, timeout: float) -> bool:
-    return bool(select.select([fd], [], [], timeout)[0])
 
 
 @pytest.mark.parametrize("how", ["done", "wait", "result"])
@@ -35,7 +31,7 @@ def test_fence_fd_stays_readable_after_done(dev, mechanism, how):
             assert f.wait(0)
         for _ in range(3):  # for good: however often it is asked
             assert f.done()
-            assert _readable(f.fileno(), 0), f"the fd went quiet after {how}() ({mechanism})"
+            assert readable(f.fileno(), 0), f"the fd went quiet after {how}() ({mechanism})"
         sel = selectors.DefaultSelector()
         sel.register(f.fileno(), selectors.EVENT_READ)
         try:
@@ -54,7 +50,7 @@ def test_fence_fd_stays_readable_after_a_fault(dev, mechanism):
         with pytest.raises(cudafd.CudaError):
             f.wait(timeout=10)
         assert f.done()
-        assert _readable(f.fileno(), 0)
+        assert readable(f.fileno(), 0)
 
 
 def test_fence_fd_is_readable_on_a_first_done(dev, mechanism):
@@ -65,7 +61,7 @@ def test_fence_fd_is_readable_on_a_first_done(dev, mechanism):
         while not f.done():
             assert time.monotonic() < deadline
             time.sleep(0.001)
-        assert _readable(f.fileno(), 1)
+        assert readable(f.fileno(), 1)
 
 
 @pytest.mark.parametrize("timeout", LONG_TIMEOUTS, ids=repr)
@@ -127,14 +123,14 @@ def test_poll_fence_fd_becomes_readable_by_itself(dev):
     s.launch(0.5)  # still running at the first assert however loaded the machine
     with cudafd.fence(s, mechanism="poll") as f:
         fd = f.fileno()
-        assert not _readable(fd, 0)
-        assert _readable(fd, 10), "the poll fence's fd never became readable by itself"
+        assert not readable(fd, 0)
+        assert readable(fd, 10), "the poll fence's fd never became readable by itself"
         assert s.idle()
         assert f.done()
         assert f.result() is None
-        assert _readable(fd, 0)
+        assert readable(fd, 0)
         _helper_ends()
-        assert _readable(fd, 0)
+        assert readable(fd, 0)
 
 
 @pytest.mark.skipif(REAL, reason="it ends with a fault, which ends CUDA for the process on a GPU")
@@ -144,9 +140,9 @@ def test_poll_notifier_fd_becomes_readable_by_itself(dev):
         fd = n.fileno()
         s1.launch(0.03)
         t1 = n.watch(s1)
-        assert _readable(fd, 10), "the poll Notifier's fd never became readable by itself"
+        assert readable(fd, 10), "the poll Notifier's fd never became readable by itself"
         assert [t for t, _ in n.drain()] == [t1]
-        assert not _readable(fd, 0)
+        assert not readable(fd, 0)
         # later watches are found too, including after the helper went idle
         time.sleep(0.05)
         s2.launch(0.03)
@@ -156,7 +152,7 @@ def test_poll_notifier_fd_becomes_readable_by_itself(dev):
         got: dict[int, object] = {}
         deadline = time.monotonic() + 10
         while len(got) < 2 and time.monotonic() < deadline:
-            if _readable(fd, 1):
+            if readable(fd, 1):
                 got.update(n.drain())
         assert set(got) == {t2, t3}
         assert isinstance(got[t3], cudafd.CudaError)

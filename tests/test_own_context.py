@@ -6,11 +6,9 @@ and the open Notifier's wait completes."""
 from __future__ import annotations
 
 import ctypes
-import select
-import time
 
 import pytest
-from support import REAL, in_child, live_counts, release_idle, wait_for_zero_counts
+from support import REAL, drain_until, in_child, live_counts, release_idle, wait_for_zero_counts
 
 import cudafd
 from cudafd._core import driver as _driver
@@ -74,18 +72,6 @@ class _OwnContext:
             self._sim.close()
 
 
-def _completed(n: cudafd.Notifier, token: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        n.poll()
-        for t, err in n.drain():
-            if t == token:
-                assert err is None, err
-                return True
-        select.select([n.fileno()], [], [], 0.01)
-    return False
-
-
 def _destroy_after_letting_go(mechanism: str, how: str, synchronized: bool) -> None:
     drv = _driver.get()
     drv.init()
@@ -122,7 +108,7 @@ def _destroy_after_letting_go(mechanism: str, how: str, synchronized: bool) -> N
         mine.destroy()
         n.close()
         del n
-        assert _completed(stays, kept, 30), "the open Notifier's wait never completed"
+        assert dict(drain_until(stays, kept, 30))[kept] is None  # the open Notifier's wait completed, without error
     with _driver.pushed(other_ctx):
         drv.cuStreamSynchronize(o.value)
         drv.cuStreamDestroy(o.value)

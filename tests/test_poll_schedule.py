@@ -9,19 +9,16 @@ machine; how prompt it is on a GPU is the benchmark's (bench lateness).
 """
 from __future__ import annotations
 
-import select
 import time
 
 import pytest
+from support import readable
 
 import cudafd
 from cudafd._core.policy import ask_interval_ns
 
 MS = 1_000_000
 
-
-def _readable(fd: int, timeout: float) -> bool:
-    return bool(select.select([fd], [], [], timeout)[0])
 
 
 class _Counting:
@@ -139,12 +136,12 @@ def test_the_timer_wakes_the_asker_until_the_wait_is_found(dev):
         got = []
         deadline = time.monotonic() + 20
         while not got and time.monotonic() < deadline:
-            assert _readable(fd, 5.0), "the timer is armed while a wait is pending"
+            assert readable(fd, 5.0), "the timer is armed while a wait is pending"
             n.adapter_poll()
             got = n.adapter_drain() + n.drain()
         assert got == [(token, None)]
         assert 1 <= counter.calls <= 300 / 12.5 + 2, counter.calls
-        assert not _readable(fd, 0.05), "nothing pending: the timer is disarmed"
+        assert not readable(fd, 0.05), "nothing pending: the timer is disarmed"
         n.close()
 
 
@@ -156,13 +153,13 @@ def test_the_timer_is_readable_while_completions_are_queued_and_after_close(dev)
     deadline = time.monotonic() + 10
     while not n._backend._done and time.monotonic() < deadline:
         n.poll()
-    assert _readable(fd, 0), "a completion is queued: a reader must drain"
+    assert readable(fd, 0), "a completion is queued: a reader must drain"
     assert len(n.drain()) == 1
-    assert not _readable(fd, 0.05), "drained, nothing pending: quiet"
+    assert not readable(fd, 0.05), "drained, nothing pending: quiet"
     s.launch(5.0)
     n.watch(s)
     n.close()
-    assert _readable(fd, 0), "closed: readable for good, so readers drain the close"
+    assert readable(fd, 0), "closed: readable for good, so readers drain the close"
     n.drain()
 
 
@@ -178,7 +175,7 @@ def test_cancelled_watches_are_asked_once_per_budget_until_their_events_are_free
         assert backend._retiring and backend._retire_at > 0
         deadline = time.monotonic() + 20
         while (backend._retiring or backend._lanes) and time.monotonic() < deadline:
-            assert _readable(n._reader_fd, 5.0)
+            assert readable(n._reader_fd, 5.0)
             n.adapter_poll()
         assert not backend._retiring and backend._retire_at == 0
         assert [t for t, _ in n.drain()] == [b if cancel_first else a]
@@ -194,7 +191,7 @@ def test_the_helper_thread_finds_waits_and_rests_while_completions_wait_for_a_dr
         long_s.launch(5.0)
         n.watch(long_s)  # keeps the helper running
         token = n.watch(done_s)  # an idle stream: over at the first ask
-        assert _readable(fd, 10.0), "the helper found the finished wait"
+        assert readable(fd, 10.0), "the helper found the finished wait"
         backend = n._backend
         calls = [0]
         poll = backend.poll

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import subprocess
 import sys
 
 import pytest
-from support import REAL, SYNCFD, child_env
+from support import REAL, SYNCFD, child_env, readable
 
 import cudafd
 from cudafd._core import lib as _lib, syncfd as _syncfd
@@ -116,9 +115,6 @@ def test_the_pollfd_alone_completes_waits_in_order_across_the_wrap(flavor):
     assert out["fence_fd_is_sync_file"]
 
 
-def _readable(fd: int, timeout: float) -> bool:
-    return bool(select.select([fd], [], [], timeout)[0])
-
 
 def test_fence_fileno_is_the_sync_file(dev):
     s = dev.stream()
@@ -126,8 +122,8 @@ def test_fence_fileno_is_the_sync_file(dev):
     with cudafd.fence(s, "syncfd") as f:
         fd = f.fileno()
         assert fd != f._notifier._fd  # not the Notifier's eventfd
-        assert not _readable(fd, 0)  # its kernel still runs
-        assert _readable(fd, 30)
+        assert not readable(fd, 0)  # its kernel still runs
+        assert readable(fd, 30)
         assert f.wait(30)
     with pytest.raises(cudafd.ClosedError):
         f.fileno()
@@ -145,13 +141,13 @@ def test_wrap_around_in_process(dev, monkeypatch):
     try:
         for f in fences:
             assert f.wait(30)
-            assert _readable(f.fileno(), 0)
+            assert readable(f.fileno(), 0)
     finally:
         for f in fences:
             f.close()
 
 
-def test_a_fault_raises_through_the_backstop_and_the_fd_turns_readable(dev):
+def test_a_fault_raises_through_the_backstop_and_the_fd_turnsreadable(dev):
     """The fake's syncpoint never passes a faulted stream's threshold (its
     signal was dropped): the backstop's driver query raises CudaError in every
     waiter of the context, and the fence's fd turns readable once the fault is known."""
@@ -160,12 +156,12 @@ def test_a_fault_raises_through_the_backstop_and_the_fd_turns_readable(dev):
     s.launch(0.5)  # the fault comes after the fences are made, however loaded the machine
     s.launch(0.01, fault=True)
     with cudafd.fence(s, "syncfd") as f, cudafd.fence(other, "syncfd") as g:
-        assert not _readable(f.fileno(), 0.05)
+        assert not readable(f.fileno(), 0.05)
         for x in (f, g):
             with pytest.raises(cudafd.CudaError) as e:
                 x.wait(30)
             assert e.value.name == "CUDA_ERROR_ILLEGAL_ADDRESS"
-            assert _readable(x.fileno(), 0)
+            assert readable(x.fileno(), 0)
             assert not os.get_inheritable(x.fileno())  # still close-on-exec once pointed elsewhere
 
 
