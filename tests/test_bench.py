@@ -10,22 +10,19 @@ the ``--`` once cudafd._cli hands ``bench`` its arguments unparsed).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-import cudafd
 from cudafd._bench import SECTIONS, options
 from cudafd._bench.report import render
-from support import REAL
+from support import REAL, child_env
 
 
+@pytest.mark.timeout(240)  # (the run below has its own limit of 180 s)
 def test_quick_bench_writes_every_section(tmp_path):
-    env = dict(os.environ)
-    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(cudafd.__file__)))
-    env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = child_env()
     cmd = [sys.executable, "-m", "cudafd", "bench", "--", "--quick", "--out", str(tmp_path)]
     if not REAL:
         cmd.append("--sim")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 import threading
@@ -42,10 +41,9 @@ def _finite(*xs) -> bool:
     return all(isinstance(x, (int, float)) and math.isfinite(x) for x in xs)
 
 
+@pytest.mark.timeout(210)  # (the run below has its own limit of 150 s)
 def test_quick_lateness_section_gives_every_workload_and_method(tmp_path):
-    env = dict(os.environ)
-    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(cudafd.__file__)))
-    env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = child_env()
     cmd = [sys.executable, "-m", "cudafd", "bench", "lateness", "--quick", "--loops", "asyncio", "--out", str(tmp_path)]
     if not REAL:
         cmd.append("--sim")

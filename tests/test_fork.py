@@ -31,12 +31,14 @@ def _scenario(mechanism: str, when: str) -> dict:
     return out
 
 
+@pytest.mark.timeout(210)  # (the scenario has its own limit of 150 s)
 def test_child_after_use_refuses_clearly_and_exits(mechanism):
     out = _scenario(mechanism, "after")
     assert out["children"] == ["exit 0"] * CHILDREN, out
     assert out["parent_ok"], f"the parent's waits broke after the forks: {out}"
 
 
+@pytest.mark.timeout(210)
 @pytest.mark.skipif(REAL, reason="on a GPU each child would create its own CUDA context: slow, and not what is tested")
 def test_child_forked_before_use_works(mechanism):
     out = _scenario(mechanism, "before")

@@ -68,10 +68,14 @@ def test_a_wait_the_poller_queued_first_reaches_its_ask(dev):
     with cudafd.Notifier("spin", max_lateness=1e-3) as n:
         s.launch(0.01)
         other.launch(0.01)
+        done0 = cudafd.stats()["completed"]
         first, second = n.adapter_watch(resolve(s)), n.adapter_watch(resolve(other))
         s.synchronize()
         other.synchronize()
-        time.sleep(0.05)  # the poller (every <= 1 ms) queued both
+        deadline = time.monotonic() + 10
+        while cudafd.stats()["completed"] - done0 < 2 and time.monotonic() < deadline:
+            time.sleep(0.001)  # the poller's backstop (every <= 1 ms) queues both
+        assert cudafd.stats()["completed"] - done0 == 2
         assert n.pending == 2
         assert n.adapter_ask(second) == (True, None)
         assert n.pending == 1 and n.statistics()["awaited"] == 1  # first's, kept for its ask
