@@ -51,6 +51,18 @@ def _adapter_result(n, token):
     raise AssertionError(f"the adapter's token {token} never came back")
 
 
+def _drain_until_kept(n: cudafd.Notifier, token: int) -> list:
+    """What drain() returns until it has taken the adapter's ``token`` and kept it for the adapter."""
+    got: list = []
+    deadline = time.monotonic() + 10
+    while not any(t == token for t, _ in n._kept_adapter) and time.monotonic() < deadline:
+        n.poll()
+        got += n.drain()
+        time.sleep(0.001)
+    assert [t for t, _ in n._kept_adapter] == [token], "a drain never took the adapter's finished wait"
+    return got
+
+
 def test_adapter_and_plain_completions_go_to_their_own_drain(dev, mechanism):
     s = dev.stream()
     with cudafd.Notifier(mechanism, max_lateness=1e-3) as n:
@@ -58,8 +70,7 @@ def test_adapter_and_plain_completions_go_to_their_own_drain(dev, mechanism):
         mine = n.adapter_watch(resolve(s))
         theirs = n.watch(s)
         got = drain_until(n, theirs)
-        time.sleep(0.05)  # the adapter's wait is over and found too (spin: by the poller's backstop)
-        got += n.drain()
+        got += _drain_until_kept(n, mine)  # (spin: found by the poller's backstop)
         assert [t for t, _ in got] == [theirs]  # the adapter's token is kept for it
         assert n.statistics()["awaited"] == 1
         assert _adapter_result(n, mine) == [(mine, None)]
@@ -73,9 +84,7 @@ def test_an_adapter_completion_taken_by_drain_still_reaches_the_adapter_after_cl
     mine = n.adapter_watch(resolve(s))
     theirs = n.watch(s)
     drain_until(n, theirs)
-    time.sleep(0.05)
-    n.poll()
-    n.drain()  # takes the adapter's completion too, and keeps it for it
+    _drain_until_kept(n, mine)  # a drain takes the adapter's completion too, and keeps it for it
     n.close()
     assert _adapter_result(n, mine) == [(mine, None)]  # its own result, not the close's
     assert n.drain() == []
