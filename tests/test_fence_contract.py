@@ -143,8 +143,8 @@ def test_poll_notifier_fd_becomes_readable_by_itself(dev):
         assert readable(fd, 10), "the poll Notifier's fd never became readable by itself"
         assert [t for t, _ in n.drain()] == [t1]
         assert not readable(fd, 0)
-        # later watches are found too, including after the helper went idle
-        time.sleep(0.05)
+        # later watches are found too, after the helper went idle
+        _helper_ends()
         s2.launch(0.03)
         s1.launch(0.5)  # the fault comes after both watches, however loaded the machine
         s1.launch(0.01, fault=True)
