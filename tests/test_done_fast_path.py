@@ -133,6 +133,8 @@ def test_lone_wait_after_a_fault_still_raises(dev, flavor, mechanism):
         deadline = time.monotonic() + 5
         while dev.drv.cuStreamQuery(s.handle) == _driver.CUDA_ERROR_NOT_READY and time.monotonic() < deadline:
             time.sleep(0.001)
+        assert dev.drv.cuStreamQuery(s.handle) not in (_driver.CUDA_SUCCESS, _driver.CUDA_ERROR_NOT_READY), \
+            "the fault has not surfaced before the wait"
 
     async def body(api):
         with pytest.raises(cudafd.CudaError):

@@ -105,7 +105,11 @@ def test_a_new_stream_beside_a_wait_on_the_destroyed_one_in_the_same_loop(dev, l
             got["old"] = await api.within(OLD_S + 30, api.wait(old))
 
         async def on_new() -> None:
-            await api.sleep(0.05)  # the old wait watched (and asking, under spin)
+            for _ in range(2000):  # until the old wait has watched (and asks, under spin)
+                if api.notifier.pending:
+                    break
+                await api.sleep(0.005)
+            assert api.notifier.pending == 1, "the old stream's wait never watched"
             new = _reuse(dev, old, launched)
             new.launch(NEW_S)
             got["idle"] = _Idle(new)
