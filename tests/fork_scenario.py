@@ -23,7 +23,7 @@ import time
 import warnings
 
 import cudafd
-from support import REAL, Device
+from support import REAL, Device, wait_for_zero_counts
 
 CHILDREN = 5
 DEADLINE_S = 30.0
@@ -169,9 +169,10 @@ def main(mechanism: str, when: str) -> dict:
             s = dev.stream()
             s.launch(0.01)
             parent_ok = cudafd.fence(s, mechanism=mechanism).wait(20)
+            left = wait_for_zero_counts()
         finally:
             dev.close()
-        return {"children": outcomes, "seen": seen, "parent_ok": parent_ok}
+        return {"children": outcomes, "seen": seen, "parent_ok": parent_ok, "left": left}
     dev = Device(0)
     try:
         s = dev.stream()
@@ -195,7 +196,8 @@ def main(mechanism: str, when: str) -> dict:
         parent_ok = parent_ok and cudafd.fence(s, mechanism=mechanism).wait(20)
         n.close()
         pending.close()
-        return {"children": outcomes, "seen": seen, "parent_ok": bool(parent_ok)}
+        del n, pending
+        return {"children": outcomes, "seen": seen, "parent_ok": bool(parent_ok), "left": wait_for_zero_counts()}
     finally:
         dev.close()
 

@@ -14,7 +14,7 @@ import sys
 
 import cudafd
 from cudafd._core import syncfd as _syncfd
-from support import Device, run
+from support import Device, run, wait_for_zero_counts
 
 STREAMS = 4
 PER_STREAM = 40  # past the wrap of every stream's syncpoint
@@ -49,6 +49,7 @@ def scenario(flavor: str) -> dict:
             "in_order": all(ks == sorted(ks) for ks in per_stream.values()),
             "fence_fd_is_sync_file": own_fd,
             "probe": _syncfd.probe().summary,
+            "left": wait_for_zero_counts(),
         }
     finally:
         dev.close()

@@ -36,6 +36,7 @@ def test_child_after_use_refuses_clearly_and_exits(mechanism):
     out = _scenario(mechanism, "after")
     assert out["children"] == ["exit 0"] * CHILDREN, out
     assert out["parent_ok"], f"the parent's waits broke after the forks: {out}"
+    assert not any(out["left"].values()), f"the parent left {out['left']}"
 
 
 @pytest.mark.timeout(210)
@@ -44,6 +45,7 @@ def test_child_forked_before_use_works(mechanism):
     out = _scenario(mechanism, "before")
     assert out["children"] == ["exit 0"] * CHILDREN, out
     assert out["parent_ok"], out
+    assert not any(out["left"].values()), f"the parent left {out['left']}"
 
 
 @pytest.mark.skipif(REAL, reason="the simulator's own rule")

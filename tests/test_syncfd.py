@@ -113,6 +113,7 @@ def test_the_pollfd_alone_completes_waits_in_order_across_the_wrap(flavor):
     assert out["probe"].startswith("available")
     assert out["completed"] == 160 and out["in_order"], out
     assert out["fence_fd_is_sync_file"]
+    assert not any(out["left"].values()), f"the scenario left {out['left']}"
 
 
 
