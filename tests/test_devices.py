@@ -265,7 +265,7 @@ def test_a_process_per_gpu_keeps_a_fault_to_itself(flavor, mechanism):
     assert set(faulted["names"]) == {"CUDA_ERROR_ILLEGAL_ADDRESS"}, faulted
     assert faulted["elapsed"] < 1.5, f"the fault took {faulted['elapsed']:.2f} s to reach every waiter"
     assert not any(clean["left"].values()), f"the clean child left {clean['left']}"
-    if not REAL:  # (not yet run on two real GPUs: what a faulted context lets go of is checked on the simulator)
+    if not REAL:  # (what a faulted context of a real GPU lets go of is not measured: the simulator checks it)
         assert not any(faulted["left"].values()), f"the faulted child left {faulted['left']}"
 
 
