@@ -196,7 +196,6 @@ def main(mechanism: str, when: str) -> dict:
         parent_ok = parent_ok and cudafd.fence(s, mechanism=mechanism).wait(20)
         n.close()
         pending.close()
-        del n, pending
         return {"children": outcomes, "seen": seen, "parent_ok": bool(parent_ok), "left": wait_for_zero_counts()}
     finally:
         dev.close()

@@ -240,16 +240,14 @@ def readable(fd: Any, timeout: float) -> bool:
     return bool(select.select([fd], [], [], timeout)[0])
 
 
-def drain_until(n: cudafd.Notifier, token: int, timeout: float = 10.0,
-                drain: Callable[[], list] | None = None) -> list:
-    """What ``drain`` (default: n.drain) returned, polling and waiting on the fd,
-    until it has returned ``token``; AssertionError if not within ``timeout``."""
-    drain = drain or n.drain
+def drain_until(n: cudafd.Notifier, token: int, timeout: float = 10.0) -> list:
+    """What n.drain() returned, polling and waiting on the fd, until it has
+    returned ``token``; AssertionError if not within ``timeout``."""
     deadline = time.monotonic() + timeout
     got: list = []
     while time.monotonic() < deadline:
         n.poll()
-        got += drain()
+        got += n.drain()
         if any(t == token for t, _ in got):
             return got
         readable(n.fileno(), 0.001 if n.needs_polling else 0.05)

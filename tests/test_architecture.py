@@ -9,9 +9,9 @@
   each loop module is at most
   MAX_LOOP_MODULE_LINES lines.
 * The native core: the file-level call graph of ``native/core/*.c`` (an
-  edge A -> B when A calls a function defined, non-static, in B) has no
-  cycle, and every edge goes to a lower layer of docs/design.md's diagram
-  (NATIVE_LAYERS).
+  edge A -> B when A calls a function defined, non-static, in B) goes only
+  to a lower layer of docs/design.md's diagram (NATIVE_LAYERS), so it has
+  no cycle.
 * No source file names a results folder (a folder under bench/results, or a
   run's name: a date and the GPU's name): the docs cite measurements, the
   code states the facts it relies on.
@@ -234,9 +234,6 @@ NATIVE_LAYERS = [
 
 def test_native_core_files_call_only_downward():
     graph = native_call_graph()
-    cycles = _cycles({f: set(callees) for f, callees in graph.items()})
-    detail = {f: {g: sorted(fns) for g, fns in callees.items()} for f, callees in graph.items()}
-    assert cycles == [], f"file-level call cycles {cycles}; calls: {detail}"
     layer = {f: i for i, files in enumerate(NATIVE_LAYERS) for f in files}
     assert set(layer) == set(graph), f"files not in NATIVE_LAYERS (docs/design.md): {set(graph) ^ set(layer)}"
     upward = {(f, g): sorted(fns) for f, callees in graph.items() for g, fns in callees.items() if layer[g] >= layer[f]}
