@@ -19,15 +19,12 @@ import sys
 import textwrap
 
 import pytest
-from support import REAL
+from support import REAL, child_env
 
-import cudafd
 from cudafd._core import driver as _driver, lib as _lib
 
 pytestmark = pytest.mark.skipif(REAL, reason="pretends to be other drivers: simulator only")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(cudafd.__file__)))  # the cudafd under test
 CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_NOT_FOUND = 500
 VERSIONED = ("cuCtxPushCurrent", "cuCtxPopCurrent", "cuStreamDestroy", "cuEventDestroy", "cuDevicePrimaryCtxRelease")
@@ -75,12 +72,10 @@ PROBE = textwrap.dedent(
 
 
 def probe(version: int | None) -> dict:
-    env = dict(os.environ)
+    env = child_env()
     env.pop("CUDAFD_SIM_DRIVER_VERSION", None)
     if version is not None:
         env["CUDAFD_SIM_DRIVER_VERSION"] = str(version)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (os.path.join(ROOT, "tests"), PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
     r = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, f"probe under driver version {version} failed:\n{r.stdout}\n{r.stderr}"
     return json.loads(r.stdout.strip().splitlines()[-1])

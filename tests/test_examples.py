@@ -9,21 +9,18 @@ import subprocess
 import sys
 
 import pytest
-from support import REAL
+from support import REAL, child_env
 
-import cudafd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples")
 
 
 def run_example(name: str, *args: str) -> str:
-    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(cudafd.__file__)))
-    path = os.pathsep.join(p for p in (package_dir, os.environ.get("PYTHONPATH")) if p)
     sim = () if REAL else ("--sim",)
     r = subprocess.run(
         [sys.executable, os.path.join(EXAMPLES, name), *sim, *args],
-        capture_output=True, text=True, timeout=60, check=False, env=dict(os.environ, PYTHONPATH=path),
+        capture_output=True, text=True, timeout=60, check=False, env=child_env(),
     )
     assert r.returncode == 0, f"{name} failed:\n{r.stdout}\n{r.stderr}"
     return r.stdout

@@ -11,16 +11,13 @@ import os
 import subprocess
 import sys
 
-import cudafd
-from support import REAL
+from support import REAL, child_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_loop_split_counts_each_step_per_wait(tmp_path):
-    env = dict(os.environ)
-    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(cudafd.__file__)))
-    env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = child_env()
     if not REAL:
         env["CUDAFD_SIMULATOR"] = "1"  # (a GPU machine running the simulator suite)
     out = tmp_path / "split.json"
