@@ -94,6 +94,16 @@ static void across_the_wrap(int mech, CUcontext ctx)
 
     cudafd_notifier_destroy(n);
     sim_stream_destroy(s);
+
+    /* A cancelled wait's record lives until its host function or poller lets
+     * go of it; freed during the next mechanism's run, its slot would top the
+     * free list there. So the next run starts with none alive. */
+    int64_t st[CUDAFD_STAT_COUNT];
+    double deadline = now_s() + 10.0;
+    while (cudafd_stats(st, CUDAFD_STAT_COUNT) && (st[3] || st[7]) && now_s() < deadline)
+        usleep(1000);
+    CHECK(st[3] == 0 && st[7] == 0, "mech %d: %lld wait records, %lld host functions left", mech, (long long)st[3],
+          (long long)st[7]);
 }
 
 int main(void)
