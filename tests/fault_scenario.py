@@ -16,6 +16,17 @@ import cudafd
 from cudafd._core import driver as _driver
 from support import REAL, Device, run
 
+# The bystanders' kernels. Every wait on them must end with the fault, which
+# reaches the driver's queries of every stream ~0.15 s after the faulting
+# launch on a GPU (docs/performance.md, "Faults"). SURFACE_BOUND_S, a test's
+# bound on how long the fault takes to reach every waiter, is a sixth of their
+# length: a wait that sits out its kernel fails it, CPU load does not come near
+# it. The simulator drops a faulted context's queued kernels at once, so their
+# length costs nothing there; on a GPU they are shorter, in case the driver
+# lets them run to their end.
+BYSTANDER_S = 12.0 if REAL else 30.0
+SURFACE_BOUND_S = BYSTANDER_S / 6
+
 
 async def guarded(api, s) -> str:
     """"ok" once the wait on ``s`` returned, or the name of the CudaError it raised."""
@@ -36,11 +47,11 @@ def _set_up(mechanism: str) -> None:
 
 
 def scenario(flavor: str, mechanism: str, streams: int = 4, per_stream: int = 4) -> dict:
-    """`streams` busy streams with one 3 s kernel each and `per_stream` waits
-    on it, plus one stream whose kernel faults after 10 ms. Few streams: a GPU
-    maps streams onto CUDA_DEVICE_MAX_CONNECTIONS (default 8) hardware queues,
-    and a faulting kernel that shares a queue with a 3 s kernel would only run
-    (and fault) after it."""
+    """`streams` busy streams with one BYSTANDER_S kernel each and `per_stream`
+    waits on it, plus one stream whose kernel faults after 10 ms. Few streams:
+    a GPU maps streams onto CUDA_DEVICE_MAX_CONNECTIONS (default 8) hardware
+    queues, and a faulting kernel that shares a queue with a bystander's kernel
+    would only run (and fault) after it."""
     dev = Device(0)
     try:
         busy = [dev.stream() for _ in range(streams)]
@@ -49,7 +60,7 @@ def scenario(flavor: str, mechanism: str, streams: int = 4, per_stream: int = 4)
         async def body(api):
             waits = []
             for s in busy:
-                s.launch(3.0)  # only the fault can end these early
+                s.launch(BYSTANDER_S)  # only the fault can end these early
             for _ in range(per_stream):
                 for s in busy:
                     waits.append(guarded(api, s))
@@ -68,7 +79,7 @@ def scenario(flavor: str, mechanism: str, streams: int = 4, per_stream: int = 4)
 
 def two_devices(flavor: str, mechanism: str, streams: int = 3, per_stream: int = 3) -> dict:
     """One Notifier over `streams` streams of each of devices 0 and 1, each
-    with a 3 s kernel and `per_stream` waits, and one more stream of device 1
+    with a BYSTANDER_S kernel and `per_stream` waits, and one more stream of device 1
     whose kernel faults after 10 ms (few streams per device, as in
     scenario()). Then device 0's streams are queried, a new kernel is
     launched there and awaited, and the faulted stream is awaited again."""
@@ -83,7 +94,7 @@ def two_devices(flavor: str, mechanism: str, streams: int = 3, per_stream: int =
                 for d in (good, bad):
                     api.notifier.prepare(d.streams[0])
             for s in gs + bs:
-                s.launch(3.0)  # only the fault can end these early
+                s.launch(BYSTANDER_S)  # only the fault can end these early
             waits = [guarded(api, s) for _ in range(per_stream) for s in gs + bs]
             faulting.launch(0.01, fault=True)
             waits.append(guarded(api, faulting))
@@ -114,8 +125,10 @@ def two_devices(flavor: str, mechanism: str, streams: int = 3, per_stream: int =
 
 def lone(flavor: str, mechanism: str, fault: bool, streams: int = 3) -> dict:
     """A process of its own (a GPU of its own, CUDA_VISIBLE_DEVICES): `streams`
-    streams each with a 2 s kernel and a wait, and, with ``fault``, one more
-    stream whose kernel faults after 10 ms."""
+    streams each with a kernel and a wait, and, with ``fault``, one more
+    stream whose kernel faults after 10 ms. Without ``fault`` the kernels run
+    2 s, long enough to outlast another process's fault, and the waits return
+    after them; with it they are bystanders of BYSTANDER_S."""
     dev = Device(0)
     try:
         ss = [dev.stream() for _ in range(streams)]
@@ -123,7 +136,7 @@ def lone(flavor: str, mechanism: str, fault: bool, streams: int = 3) -> dict:
 
         async def body(api):
             for s in ss:
-                s.launch(2.0)
+                s.launch(BYSTANDER_S if fault else 2.0)
             waits = [guarded(api, s) for s in ss]
             if fault:
                 faulting.launch(0.01, fault=True)

@@ -56,15 +56,30 @@ def child_after(mechanism: str, stream, notifier: cudafd.Notifier, pending: cuda
     ok &= _expect_refusal("inherited watch", lambda: notifier.watch(stream), seen)
     ok &= _expect_refusal("inherited drain", lambda: (notifier.poll(), notifier.drain()), seen)
     ok &= _expect_refusal("inherited fence", lambda: pending.wait(10), seen)
+    # fork() copies only the calling thread, and an inherited Notifier's fileno() with
+    # a wait pending starts none (the poll mechanism's helper would ask a driver the
+    # child may not use, and die of it). A thread started anyway is recorded and
+    # joined, so whether it died (the excepthook) is known at the check.
+    started: list[threading.Thread] = []
     crashed: list[str] = []
     threading.excepthook = lambda a: crashed.append(f"{a.thread.name}: {a.exc_type.__name__}")
+    start = threading.Thread.start
+
+    def recorded_start(thread: threading.Thread) -> None:
+        started.append(thread)
+        start(thread)
+
+    threading.Thread.start = recorded_start
     try:
-        notifier.fileno()  # inherited with a wait pending: nothing starts asking (poll: no helper)
+        notifier.fileno()
     except cudafd.CudafdError:
         pass
-    time.sleep(0.2)
-    if crashed:
-        seen.append(f"a thread died: {crashed}")
+    finally:
+        threading.Thread.start = start
+    for thread in started:
+        thread.join(10)
+    if started or crashed:
+        seen.append(f"threads started: {[t.name for t in started]}; died: {crashed}")
         ok = False
     notifier.close()  # closing what it inherited is allowed
     os.write(w, json.dumps(seen).encode())
@@ -99,6 +114,8 @@ def _where(pid: int) -> str:
         except OSError as exc:
             lines.append(f"child {pid} thread {task}: {exc}")
     os.kill(pid, signal.SIGUSR1)
+    # The time its faulthandler is given to write: a signal handler tells no one when
+    # it is done, and this report is all that waits on it (the child is killed next).
     time.sleep(1.0)
     return "\n".join(lines)
 

@@ -30,6 +30,12 @@ if not REAL:
     os.environ.setdefault("CUDAFD_SYNCFD_FAKE", _lib.sim_library_path())
 SYNCFD = not REAL or os.environ.get("CUDAFD_TEST_SYNCFD") == "1"
 MECHANISMS = ("event", "hostfunc", "spin", "poll") + (("syncfd",) if SYNCFD else ())
+# A kernel that outlasts every step of a test that does not wait for it. The
+# simulator drops it with the test's context (the dev fixture's teardown), so
+# there its length costs nothing; a GPU kernel cannot be cut short and the
+# fixture synchronizes the test's streams, so on a GPU it is a second, still
+# far beyond the steps that need it running (milliseconds there).
+RUNNING_S = 1.0 if REAL else 30.0
 LIVE_COUNTS = ("threads", "events", "eventfds", "pending", "notifiers", "contexts", "streams", "notifications")
 
 
@@ -137,6 +143,14 @@ class Api:
         else:
             await asyncio.sleep(seconds)
 
+    async def until(self, ready: Callable[[], bool], timeout: float = 10.0) -> bool:
+        """Sleep a millisecond at a time until ``ready()`` holds, at most
+        ``timeout`` s; ``ready()``'s last answer."""
+        deadline = time.monotonic() + timeout
+        while not ready() and time.monotonic() < deadline:
+            await self.sleep(0.001)
+        return ready()
+
     async def within(self, seconds: float, aw: Awaitable[Any]) -> bool:
         """Await `aw`, cancelled by the loop's own means after `seconds` (asyncio.wait_for,
         trio.move_on_after): True if it finished in time, False if it was cancelled."""
@@ -238,6 +252,16 @@ async def _trio_gather(aws: tuple[Awaitable[Any], ...]) -> list[Any]:
 def readable(fd: Any, timeout: float) -> bool:
     """Whether ``fd`` (an int or anything with fileno()) turns readable within ``timeout`` s."""
     return bool(select.select([fd], [], [], timeout)[0])
+
+
+def until(ready: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Whether ``ready()`` holds within ``timeout`` s (looked at every millisecond)."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
 
 
 def drain_until(n: cudafd.Notifier, token: int, timeout: float = 10.0) -> list:

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
 import cudafd
-from support import REAL, run
+from support import REAL, RUNNING_S, run
+
 
 
 @pytest.mark.parametrize("target", [None, "stream", 1.5, object(), [1, 2], True])
@@ -86,7 +88,7 @@ def test_wait_outside_any_loop(dev):
     coro.close()
 
 
-@pytest.mark.parametrize("kernel_s", [0.001, 0.0], ids=["busy", "already-over"])
+@pytest.mark.parametrize("kernel_s", [RUNNING_S, 0.0], ids=["busy", "already-over"])
 @pytest.mark.parametrize("own_notifier", [False, True], ids=["default", "own"])
 def test_proactor_like_loop_is_refused(dev, kernel_s, own_notifier):
     """Refused on the first wait whether or not that wait needs the fd:
@@ -105,6 +107,7 @@ def test_proactor_like_loop_is_refused(dev, kernel_s, own_notifier):
             s.launch(kernel_s)
         with pytest.raises(cudafd.CudafdError, match="uvloop|selector"):
             loop.run_until_complete(cudafd.wait(s, notifier=n))
+        assert s.idle() is not bool(kernel_s), "the wait did not see the work it is named for"
     finally:
         loop.close()
         if n is not None:
@@ -123,35 +126,47 @@ def test_handle_out_of_range_and_bad_token(mechanism):
 @pytest.mark.parametrize("busy", [False, True], ids=["already-over", "busy"])
 def test_a_notifier_serves_one_loop_at_a_time(dev, busy):
     """A second loop's wait on a Notifier that another loop is waiting on is
-    refused, even when it would not need the fd; once the first loop's waits
-    are done, the second loop may use it."""
+    refused, even when it would not need the fd; once the first loop's wait
+    is over (cancelled here), the second loop may use it."""
     import asyncio
-    import threading
 
-    first, other = dev.stream(), dev.stream()
+    first, other, last = dev.stream(), dev.stream(), dev.stream()
     n = cudafd.Notifier()
-    waiting = threading.Event()
-    errors = []
+    parked = threading.Event()
+    first_wait = []  # the first loop and its task
+    outcome = []
 
     async def first_loop():
-        first.launch(0.3)
+        first.launch(RUNNING_S)  # the first wait stays pending until the test cancels it
         task = asyncio.ensure_future(n.wait(first))
-        await asyncio.sleep(0)  # the wait is parked on a future now
-        waiting.set()
-        await task
+        first_wait.extend([asyncio.get_running_loop(), task])
+        deadline = time.monotonic() + 10
+        while not n.pending and time.monotonic() < deadline:
+            await asyncio.sleep(0.001)
+        parked.set()  # the wait has watched and is parked on a future (or the deadline passed)
+        try:
+            await task
+        except asyncio.CancelledError:
+            return "cancelled"
+        return "finished"
 
-    thread = threading.Thread(target=lambda: errors.append(asyncio.run(first_loop())))
+    thread = threading.Thread(target=lambda: outcome.append(asyncio.run(first_loop())))
     thread.start()
     try:
-        assert waiting.wait(5)
+        assert parked.wait(20)
+        assert n.statistics()["loop_busy"] == 1 and n.pending == 1, "the first loop's wait is not pending"
         if busy:
-            other.launch(0.05)
+            other.launch(RUNNING_S)
         with pytest.raises(cudafd.CudafdError, match="another event loop"):
             asyncio.run(n.wait(other))
+        assert not first.idle() and other.idle() is not busy, "the waits did not see the work they are named for"
     finally:
+        if first_wait:
+            first_wait[0].call_soon_threadsafe(first_wait[1].cancel)
         thread.join(10)
-    assert errors == [None]
-    asyncio.run(n.wait(other))  # the first loop is done with it
+    assert outcome == ["cancelled"]
+    last.launch(0.01)
+    asyncio.run(n.wait(last))  # the first loop is done with it
     n.close()
 
 
@@ -200,15 +215,15 @@ def test_demo_with_an_unknown_mechanism_is_a_usage_error():
 
 def test_result_of_a_fence_the_user_closed_says_the_fence_was_closed(dev):
     s = dev.stream()
-    s.launch(0.2)
+    s.launch(RUNNING_S)
     f = cudafd.fence(s)
     f.close()
+    assert not s.idle(), "the GPU passed the point before the close"
     assert f.done()
     with pytest.raises(cudafd.ClosedError, match="the Fence was closed before the GPU passed its point"):
         f.result()
     with pytest.raises(cudafd.ClosedError, match="the Fence was closed"):
         f.wait()
-    s.synchronize()
 
 
 def _unawaited_warnings(make):
@@ -252,16 +267,20 @@ def test_blocking_fence_wait_inside_a_running_loop_warns(dev, library):
     import asyncio
     import warnings
 
-    s = dev.stream()
+    s, idle = dev.stream(), dev.stream()
 
     async def body():
-        s.launch(0.3)  # still running at the blocking wait below, which warns only then
+        s.launch(RUNNING_S)  # still running at every wait on its fence: each would block
         with cudafd.fence(s) as f:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
-                f.wait(0)  # only looks: no warning (an error here)
+                assert f.wait(0) is False  # only looks: no warning (an error here)
             with pytest.warns(RuntimeWarning, match=r"blocks the running \w+ event loop.*`await fence`"):
-                assert f.wait()
+                assert f.wait(0.25) is False  # blocks the loop until its timeout
+        with cudafd.fence(idle) as f:
+            deadline = time.monotonic() + 10
+            while not f.done() and time.monotonic() < deadline:  # (done() never blocks)
+                time.sleep(0.001)
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
                 assert f.wait()  # done: it does not block, no warning
@@ -276,10 +295,10 @@ def test_blocking_fence_wait_outside_a_loop_does_not_warn(dev):
     import warnings
 
     s = dev.stream()
-    s.launch(0.01)
+    s.launch(RUNNING_S)  # still running at the wait below, which blocks until its timeout
     with cudafd.fence(s) as f, warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert f.wait()
+        assert f.wait(0.05) is False
 
 
 def _cuda_driver_present() -> bool:

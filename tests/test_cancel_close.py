@@ -1,6 +1,7 @@
 """Cancellation detaches a waiter (the GPU work goes on, nothing leaks);
 closing a notifier wakes every pending waiter with ClosedError. Every loop:
-cancellation is the loop's own (asyncio.wait_for, trio.move_on_after)."""
+cancellation is the loop's own (a timeout: asyncio.wait_for, trio.move_on_after;
+or a task's cancel: Task.cancel, CancelScope.cancel)."""
 from __future__ import annotations
 
 import time
@@ -8,16 +9,18 @@ import time
 import pytest
 
 import cudafd
-from support import first_watch, prepare, run
+from support import REAL, RUNNING_S, first_watch, prepare, run, until
+
 
 
 def test_cancellation_storm(dev, loop_flavor, mechanism):
     streams = [dev.stream() for _ in range(20)]
 
     async def body(api):
-        t0 = time.monotonic()
         for s in streams:
-            s.launch(1.0)
+            # running through the whole storm (up to 2.5 s on a loaded CPU with the simulator,
+            # 0.6 s on an H100's host), so every wait in it times out
+            s.launch(5.0 if REAL else RUNNING_S)
         outcomes = {"cancelled": 0, "done": 0}
         for _ in range(5):
             waits = [api.within(0.001 * (1 + i % 5), api.wait(s)) for i, s in enumerate(streams) for _ in range(10)]
@@ -28,35 +31,28 @@ def test_cancellation_storm(dev, loop_flavor, mechanism):
                     outcomes["cancelled"] += 1
                 else:
                     raise r
-        assert outcomes["cancelled"] > 0
-        await api.gather(*(api.wait(s) for s in streams))
-        assert all(s.idle() for s in streams)
-        # the GPU work was not cancelled: every 1 s kernel ran to its end
-        assert time.monotonic() - t0 >= 0.95
+        assert outcomes == {"cancelled": 1000, "done": 0}
         assert api.notifier.pending == 0
+        assert not any(s.idle() for s in streams), "the GPU work goes on"
 
     run(loop_flavor, mechanism, body)
 
 
 def test_task_cancel_detaches(dev, loop_flavor, mechanism):
+    """A wait cancelled once it has watched leaves nothing pending; its kernel goes
+    on, and a later wait on the stream is answered when the kernel ends (the
+    detached wait's record completes first, unreported)."""
     s = dev.stream()
 
     async def body(api):
-        s.launch(2.0)
-        seen = []
-
-        async def look():  # until the wait has watched (a loaded machine may take a while), then once
-            for _ in range(180):
-                await api.sleep(0.005)
-                if api.notifier.pending:
-                    break
-            seen.append(api.notifier.pending)
-
-        finished, _ = await api.gather(api.within(1.0, api.wait(s)), look())
-        assert seen == [1] and finished is False
+        s.launch(1.0)  # waited out below; the steps that need it running take milliseconds
+        # cancelled as soon as the wait has watched (pending), however long that takes
+        assert await api.cancelled_when(lambda: api.notifier.pending == 1, api.wait(s)), \
+            "the wait finished before it was cancelled"
         assert api.notifier.pending == 0
-        assert not s.idle()
+        assert not s.idle(), "the kernel ended before the wait was cancelled: nothing was detached"
         await api.wait(s)
+        assert s.idle()
 
     run(loop_flavor, mechanism, body)
 
@@ -68,14 +64,16 @@ def test_close_wakes_every_pending_waiter(dev, loop_flavor, mechanism):
         if api.notifier is not None:  # its side streams made now, so the watches below are quick
             first_watch(api.notifier, streams[0])
         for s in streams:
-            s.launch(0.3)
+            s.launch(RUNNING_S)
 
-        async def close():
-            await api.sleep(0.01)
+        async def close():  # once every wait has watched, on streams still busy
+            seen = await api.until(lambda: api.notifier.pending == 20), any(s.idle() for s in streams)
             api.notifier.close()
             api.notifier.close()  # idempotent
+            return seen
 
         results = await api.settle(*(api.wait(s) for s in streams for _ in range(4)), close())
+        assert results[-1] == (True, False), "not every wait was pending, on a busy stream, at the close"
         assert all(isinstance(r, cudafd.ClosedError) for r in results[:-1]), results
         with pytest.raises(cudafd.ClosedError):
             await api.wait(streams[0])
@@ -91,14 +89,19 @@ def test_close_from_another_thread(dev, loop_flavor):
     s = dev.stream()
 
     async def body(api):
-        s.launch(0.5)
+        s.launch(RUNNING_S)
+        closer = threading.Thread(target=api.notifier.close)
 
-        async def close():
-            await api.sleep(0.01)
-            threading.Thread(target=api.notifier.close).start()
+        async def close():  # once the wait has watched
+            watched = await api.until(lambda: api.notifier.pending == 1)
+            closer.start()
+            return watched
 
-        [outcome, _] = await api.settle(api.within(5, api.wait(s)), close())
+        [outcome, watched] = await api.settle(api.within(10, api.wait(s)), close())
+        closer.join(10)
+        assert watched is True, "the wait never watched"
         assert isinstance(outcome, cudafd.ClosedError), outcome
+        assert not s.idle(), "the close, not the GPU, ended the wait"
 
     run(loop_flavor, "event", body)
 
@@ -106,7 +109,7 @@ def test_close_from_another_thread(dev, loop_flavor):
 def test_fence_close_and_timeout(dev, mechanism):
     s = dev.stream()
     prepare(s, mechanism)  # else the fence's watch may wait out the kernel (support.prepare)
-    s.launch(0.2)
+    s.launch(RUNNING_S)
     f = cudafd.fence(s, mechanism=mechanism)
     assert f.wait(timeout=0.01) is False
     assert not f.done()
@@ -117,21 +120,21 @@ def test_fence_close_and_timeout(dev, mechanism):
     with pytest.raises(cudafd.ClosedError):
         f.wait(timeout=1)
     assert not s.idle()  # the GPU work goes on
-    s.synchronize()
 
 
 def test_a_wait_cancelled_after_close_gives_the_fd_back(dev, mechanism):
     """cancel() of a token that close() reported drops its ClosedError, and with it
     the last reason to keep the fd: it is released at once, as by a drain."""
     s = dev.stream()
-    s.launch(0.3)
+    prepare(s, mechanism)
+    s.launch(RUNNING_S)
     n = cudafd.Notifier(mechanism)
     token = n.watch(s)
     n.close()
     assert n.cancel(token) is False  # finished (by the close), its result discarded
     assert (n.pending, n.statistics()["fd_open"]) == (0, 0), n.statistics()
     assert n.drain() == []
-    s.synchronize()
+    assert not s.idle(), "the close, not the GPU, finished the wait"
 
 
 def test_fence_wait_holds_its_fd_while_another_thread_closes_the_fence(dev, mechanism):
@@ -142,7 +145,7 @@ def test_fence_wait_holds_its_fd_while_another_thread_closes_the_fence(dev, mech
 
     s = dev.stream()
     prepare(s, mechanism)
-    s.launch(1.0)
+    s.launch(RUNNING_S)
     f = cudafd.fence(s, mechanism=mechanism)
     n = f._notifier
     outcome = []
@@ -155,15 +158,12 @@ def test_fence_wait_holds_its_fd_while_another_thread_closes_the_fence(dev, mech
 
     t = threading.Thread(target=waiter)
     t.start()
-    deadline = time.monotonic() + 10
-    while n.statistics()["fd_holds"] == 0 and time.monotonic() < deadline:
-        time.sleep(0.001)
-    assert n.statistics()["fd_holds"] == 1, "the sleeping wait() holds no fd"
+    assert until(lambda: n.statistics()["fd_holds"] == 1), "the sleeping wait() holds no fd"
     f.close()
     t.join(10)
     assert not t.is_alive() and isinstance(outcome[0], cudafd.ClosedError), outcome
     assert n.statistics()["fd_open"] == 0
-    s.synchronize()
+    assert not s.idle(), "the close, not the GPU, ended the wait"
 
 
 def test_a_cancelled_wait_is_never_reported_though_the_other_side_took_it(dev, mechanism):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from support import REAL, run
+from support import REAL, RUNNING_S, drain_until, run
 from test_fence_notifier import destroy_event, record_event
 
 import cudafd
@@ -17,18 +17,25 @@ from cudafd._core import driver as _driver, lib as _lib, policy
 from cudafd._core.targets import resolve
 
 
+
+def _event_handle(ev) -> int:
+    return int(ev.handle) if hasattr(ev, "handle") else int(ev)
+
+
 def test_core_queries(dev):
     lib = _lib.load()
-    s = dev.stream()
-    assert lib.cudafd_stream_done(s.handle) == 1
-    s.launch(0.2)
-    assert lib.cudafd_stream_done(s.handle) == 0
-    ev = record_event(dev, s)
-    handle = int(ev.handle) if hasattr(ev, "handle") else int(ev)
-    assert lib.cudafd_event_done(handle) == 0
-    s.synchronize()
-    assert lib.cudafd_stream_done(s.handle) == 1
-    assert lib.cudafd_event_done(handle) == 1
+    busy, over = dev.stream(), dev.stream()
+    assert lib.cudafd_stream_done(busy.handle) == 1
+    busy.launch(RUNNING_S)  # running at every query of it below
+    assert lib.cudafd_stream_done(busy.handle) == 0
+    ev = record_event(dev, busy)
+    assert lib.cudafd_event_done(_event_handle(ev)) == 0
+    destroy_event(dev, ev)
+    over.launch(0.01)
+    ev = record_event(dev, over)
+    over.synchronize()
+    assert lib.cudafd_stream_done(over.handle) == 1
+    assert lib.cudafd_event_done(_event_handle(ev)) == 1
     destroy_event(dev, ev)
     assert lib.cudafd_event_done(0) == 0  # NULL is checked before the driver sees it
 
@@ -46,17 +53,11 @@ def test_done_now_answers_without_a_wait(dev, mechanism):
     with cudafd.Notifier(mechanism) as n:
         assert n.adapter_done_now(resolve(s)) is True
         assert n.pending == 0
-        s.launch(0.5)  # long enough that no load can make it finish before the next line
+        s.launch(0.5)  # waited out below; running at the next line, microseconds on
         assert n.adapter_done_now(resolve(s)) is False
         token = n.watch(s)  # a plain watch still queues a completion
         assert token and n.pending == 1
-        deadline = time.monotonic() + 10
-        got = {}
-        while not got and time.monotonic() < deadline:
-            n.poll()
-            got.update(n.drain())
-            time.sleep(0.001)
-        assert got == {token: None}
+        assert drain_until(n, token) == [(token, None)]
 
 
 def test_closed_notifier_says_not_done(dev, mechanism):
@@ -231,7 +232,7 @@ def test_cancel_while_asking_again_leaves_nothing(dev, loop_flavor, mechanism):
     s = dev.stream()
 
     async def body(api):
-        s.launch(0.05)
+        s.launch(RUNNING_S)  # the wait cannot finish before its cancel, even once watched
         calls = _scripted(api.notifier, [False] * 10**6)
         assert await api.cancelled_when(lambda: calls["done_now"] >= 1, api.notifier.wait(s))
         assert calls["watch"] <= 1 and api.notifier.pending == 0  # (trio may run it to its watch first)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from fault_scenario import scenario
+from fault_scenario import BYSTANDER_S, SURFACE_BOUND_S, scenario
 from support import REAL, child_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -29,7 +29,7 @@ def faulted(flavor, mechanism):
 def test_fault_reaches_every_waiter(flavor, mechanism):
     result = faulted(flavor, mechanism)
     assert set(result["names"]) == {"CUDA_ERROR_ILLEGAL_ADDRESS"}, result["names"]
-    assert result["elapsed"] < 1.5, f"faults took {result['elapsed']:.2f} s to surface"
+    assert result["elapsed"] < SURFACE_BOUND_S, f"faults took {result['elapsed']:.2f} s to surface"
 
 
 @pytest.mark.skipif(REAL, reason="a simulator setting")
@@ -37,9 +37,10 @@ def test_fault_reaches_every_waiter(flavor, mechanism):
 @pytest.mark.parametrize("mechanism", ["event", "hostfunc"])
 def test_fault_reaches_blocked_waiters_promptly(flavor, mechanism):
     """As on an H200, a cuEventSynchronize blocked when the context faults
-    returns only much later (CUDAFD_SIM_LATE_FAULT_MS): the fault must still
+    returns only once its stream would have drained: here when the bystanders'
+    kernels would have ended (CUDAFD_SIM_LATE_FAULT_MS). The fault must still
     reach every wait at once (the poller and the watchdog only query)."""
-    env = child_env(CUDAFD_SIM_LATE_FAULT_MS="5000", CUDAFD_SIMULATOR="1")
+    env = child_env(CUDAFD_SIM_LATE_FAULT_MS=str(int(BYSTANDER_S * 1000)), CUDAFD_SIMULATOR="1")
     code = (
         "import json, cudafd; cudafd.use_simulator()\n"
         "from fault_scenario import scenario\n"
@@ -51,5 +52,5 @@ def test_fault_reaches_blocked_waiters_promptly(flavor, mechanism):
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert set(result["names"]) == {"CUDA_ERROR_ILLEGAL_ADDRESS"}, result["names"]
-    assert result["elapsed"] < 1.5, f"faults took {result['elapsed']:.2f} s to surface"
+    assert result["elapsed"] < SURFACE_BOUND_S, f"faults took {result['elapsed']:.2f} s to surface"
     assert not any(result["left"].values()), f"the child left {result['left']}"

@@ -15,7 +15,7 @@ import time
 import pytest
 
 import cudafd
-from support import REAL, first_watch, release_idle, run
+from support import REAL, first_watch, release_idle, run, until
 from test_host_notifications import SLOW_WATCH_S, _complete_in_order, _gate, _watch_all
 
 BOUNDARY = 128  # the simulator's CUDAFDSIM_STREAM_BLOCK
@@ -83,21 +83,50 @@ def test_module_prepare_needs_a_running_loop(dev):
 
 def test_prepare_returns_once_the_streams_are_made(dev):
     """Two notifiers prepare one context at once: the second waits for the
-    first's streams rather than return with them half made (on the
-    simulator the first is held up at the boundary until the gate opens)."""
+    first's streams rather than return with them half made. On the simulator
+    the second starts while the first is held in the creation of the
+    context's 128th stream until the gate opens; on a GPU, once the first
+    has made a stream (which creation a GPU holds up, if any, is not known)."""
     import threading
 
     streams = [dev.stream() for _ in range(2)]
+    errors: list[BaseException] = []
+
+    def prepare_first() -> None:
+        try:
+            n1.prepare(streams[0])
+        except BaseException as exc:  # noqa: BLE001 - the test reports it
+            errors.append(exc)
+
     with cudafd.Notifier("event") as n1, cudafd.Notifier("event") as n2:
         _pad_to_boundary(dev, made_by_gate=11)  # the 11th stream the first prepare makes is the 128th
-        with _gate(dev, streams):
-            first = threading.Thread(target=n1.prepare, args=(streams[0],))
-            first.start()
-            time.sleep(0.1)
+        with _gate(dev, streams) as closed:
+            first = threading.Thread(target=prepare_first)
+            if REAL:
+                first.start()
+                assert until(lambda: cudafd.stats()["streams"] > 0 or not first.is_alive()), (
+                    "the first prepare made no stream in 10 s")
+            else:
+                # the simulator counts a stream before its creation waits for the context to
+                # drain, the core once the creation has returned
+                blocking = BOUNDARY - len(dev.streams) - cudafd.stats()["streams"]
+                assert 0 < blocking <= 32, f"the context's 128th stream would be the {blocking}th of the first prepare's 32"
+                sim_streams = dev.drv.sim.stats
+                held = sim_streams()["streams"] + blocking
+                first.start()
+                assert until(lambda: sim_streams()["streams"] >= held), (
+                    f"the first prepare did not reach its {blocking}th stream in 10 s")
+                assert closed() and first.is_alive(), (
+                    "the gate opened before the first prepare reached the context's 128th stream: nothing was tested")
+                assert cudafd.stats()["streams"] == blocking - 1, "the first prepare went past the 128th stream"
             n2.prepare(streams[1])
             made = cudafd.stats()["streams"]
+            gate_closed = closed()
             first.join()
+        assert not errors, errors
         assert made >= 32, f"prepare() returned with {made} streams made"
+        if not REAL:
+            assert not gate_closed, "the second prepare returned before the gate let the first one go on"
 
 
 def test_one_shot_hostfunc_fences_make_no_stream_under_load(dev):

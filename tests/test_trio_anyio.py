@@ -1,18 +1,26 @@
-"""trio and anyio: cancellation detaches a wait (the GPU work goes on,
-nothing leaks), close wakes every waiter with ClosedError, any number of
-tasks share one Notifier's fd (trio allows one waiter per fd), anyio works on
-both of its backends, and the async library is detected per call."""
+"""trio and anyio: what the trio adapter does on its own. One task at a time
+reads a Notifier's fd and hands the role on when it leaves; cancellation
+detaches a wait (the GPU work goes on, nothing is left pending, the fd is
+let go); close wakes every waiter with ClosedError, from any thread, and the
+fd is released once the reader lets go; any number of tasks share one fd
+(trio allows one waiter per fd); Fences, the per-run default Notifier, anyio
+on both of its backends, the async library detected per call.
+
+The cancel and close bodies that hold for every loop (a timeout that
+detaches, close waking every pending waiter, close from another thread)
+run under trio too, in test_cancel_close.py."""
 from __future__ import annotations
 
 import threading
 import time
 
 import pytest
-from support import REAL, run
+from support import MECHANISMS, REAL, RUNNING_S, prepare, run
 
 import cudafd
 
 trio = pytest.importorskip("trio")
+
 
 
 def run_trio(mechanism, body):
@@ -25,197 +33,205 @@ async def waits_in_nursery(n, fn):
             nursery.start_soon(fn, i)
 
 
+async def until(ready, what, timeout=10.0):
+    """Sleep a millisecond at a time until ``ready()`` holds; returns in the step
+    that saw it hold. AssertionError naming ``what`` after ``timeout`` s."""
+    with trio.move_on_after(timeout):
+        while not ready():
+            await trio.sleep(0.001)
+        return
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
+def not_cut_short(stream, launched_after, seconds):
+    """False only if the kernel of ``seconds`` launched on ``stream`` after the
+    monotonic time ``launched_after`` ended early: the stream is idle sooner
+    than that. The stream is asked before the clock, so a loaded machine that
+    delays this call can make it vacuous, never False."""
+    idle = stream.idle()
+    return not idle or time.monotonic() - launched_after >= seconds
+
+
+def settled(n):
+    """A Notifier's waits all gone: nothing pending, no wait in progress, no task on its fd."""
+    stats = n.statistics()
+    return (stats["pending"], stats["loop_busy"], stats["fd_holds"]) == (0, 0, 0)
+
+
 # ---- cancellation -----------------------------------------------------------
 
-def test_move_on_after_detaches(dev, mechanism):
-    s = dev.stream()
+def test_a_wait_in_a_cancelled_scope_leaves_at_its_first_checkpoint(dev, mechanism):
+    """A wait on running work in an already cancelled scope raises Cancelled at
+    once (trio's checkpoint), not when the work ends: it watches nothing, leaves
+    no wait in progress (another run could use the Notifier) and the work runs
+    on. On work already over: test_done_fast_path.py::test_trio_lone_wait_on_done_work_is_a_checkpoint."""
+    s, after = dev.stream(), dev.stream()
 
     async def body(api):
-        s.launch(1.0)  # still running after the cancelled wait, under any load
-        with trio.move_on_after(0.01) as scope:
-            await api.wait(s)
-        assert scope.cancelled_caught
-        assert api.notifier.pending == 0
-        assert not s.idle(), "the GPU work must not be cancelled"
-        await api.wait(s)
-        assert s.idle()
-
-    run_trio(mechanism, body)
-
-
-def test_an_already_cancelled_scope_detaches_at_once(dev, mechanism):
-    """wait() is a checkpoint: in a cancelled scope it raises Cancelled, even for an idle stream."""
-    s = dev.stream()
-
-    async def body(api):
-        for seconds in (0.0, 0.05):
-            s.launch(seconds)
+        launched_after = time.monotonic()
+        s.launch(RUNNING_S)
+        for _ in range(3):
             with trio.CancelScope() as scope:
                 scope.cancel()
                 await api.wait(s)
+                raise AssertionError("the wait returned inside a cancelled scope")
             assert scope.cancelled_caught
-            assert api.notifier.pending == 0
-        await api.wait(s)
-
-    run_trio(mechanism, body)
-
-
-def test_fail_after_with_many_waiters(dev, mechanism):
-    streams = [dev.stream() for _ in range(6)]
-
-    async def body(api):
-        t0 = time.monotonic()
-        for s in streams:
-            s.launch(1.0)  # outlasts every deadline below, under any load
-        timed_out = 0
-
-        async def one(i):
-            nonlocal timed_out
-            try:
-                with trio.fail_after(0.002 * (1 + i % 4)):
-                    await api.wait(streams[i % len(streams)])
-            except trio.TooSlowError:
-                timed_out += 1
-
-        await waits_in_nursery(120, one)
-        assert timed_out == 120
-        assert api.notifier.pending == 0
-        assert not any(s.idle() for s in streams)
-        await api.gather(*(api.wait(s) for s in streams))
-        assert all(s.idle() for s in streams)
-        assert time.monotonic() - t0 >= 0.98, "the kernels must run to their end"
+            assert settled(api.notifier), api.notifier.statistics()
+        assert not_cut_short(s, launched_after, RUNNING_S), "the GPU work must not be cancelled"
+        after.launch(0.001)
+        with trio.fail_after(10):
+            await api.wait(after)
 
     run_trio(mechanism, body)
 
 
 def test_cancellation_storm(dev, mechanism):
-    """Rounds of waits with short deadlines, on long and on short kernels at
-    once, plus a whole nursery cancelled mid-flight: some waits finish, the
-    rest are detached, nothing is left pending, no kernel is cut short."""
+    """Rounds of waits with deadlines of 1 to 81 ms on 1 s kernels beside waits
+    that finish on kernels of 0.2 to 51 ms, plus a whole nursery cancelled
+    mid-flight: waits are cancelled before they watch, while parked and while
+    reading the fd, and the reader leaves (cancelled or done) while others
+    wait. No wait on a long kernel returns before its kernel's end, the others
+    finish, nothing is left pending, no kernel is cut short."""
     slow = [dev.stream() for _ in range(5)]
     fast = [dev.stream() for _ in range(5)]
+    # 12x the longest deadline, and no longer: the hostfunc mechanism keeps at most
+    # 16 host functions in flight in a context, those of cancelled waits too, so
+    # there the short kernels' waits are notified only once the long kernels end.
+    slow_s = 1.0
 
     async def body(api):
-        t0 = time.monotonic()
+        n = api.notifier
+        launched_after = time.monotonic()
         for s in slow:
-            s.launch(1.0)
+            s.launch(slow_s)
         outcomes = {"cancelled": 0, "done": 0}
+        slow_returns = []  # seconds since the launch, of each wait on a long kernel that returned
+        peak = 0  # the most waits watched and not reported at once
 
         async def one(i):
-            # The short kernels' waits get a deadline no machine reaches, so some
-            # waits finish however loaded it is; the long kernels outlast the
-            # rounds, so the short deadlines on them cancel.
+            # The short kernels' waits get a deadline no machine reaches (their
+            # notification may wait for the long kernels' end: above; on a GPU a
+            # cancelled wait's side stream may hold it up so too).
             streams = slow if i % 2 else fast
-            with trio.move_on_after(0.001 * (1 + i % 5) if i % 2 else 30.0) as scope:
+            with trio.move_on_after(0.001 * 3 ** (i % 5) if i % 2 else 30.0) as scope:
                 await api.wait(streams[i % 5])
+                if i % 2:
+                    slow_returns.append(time.monotonic() - launched_after)
             outcomes["cancelled" if scope.cancelled_caught else "done"] += 1
 
-        for _ in range(5):
-            for s in fast:
-                s.launch(0.0002)
-            await waits_in_nursery(200, one)
-        async with trio.open_nursery() as nursery:
-            for i in range(100):
-                nursery.start_soon(one, i)
-            await trio.sleep(0.0005)
-            nursery.cancel_scope.cancel()
+        async def look():
+            nonlocal peak
+            while True:
+                peak = max(peak, n.statistics()["awaited"])
+                await trio.sleep(0)
+
+        async with trio.open_nursery() as looking:
+            looking.start_soon(look)
+            for _ in range(5):
+                for j, s in enumerate(fast):
+                    s.launch(0.0002 * 4 ** j)
+                await waits_in_nursery(200, one)
+            async with trio.open_nursery() as nursery:
+                for i in range(100):
+                    nursery.start_soon(one, i)
+                await trio.sleep(0.0005)
+                nursery.cancel_scope.cancel()
+            looking.cancel_scope.cancel()
         assert outcomes["cancelled"] > 0 and outcomes["done"] > 0, outcomes
-        assert api.notifier.pending == 0
-        await api.gather(*(api.wait(s) for s in slow + fast))
-        assert all(s.idle() for s in slow + fast)
-        assert time.monotonic() - t0 >= 0.98
-        assert api.notifier.pending == 0
+        assert peak >= 2, f"never two waits watched at once (at most {peak}): nothing was parked"
+        assert all(t >= slow_s for t in slow_returns), f"waits returned before their kernel's end: {slow_returns}"
+        assert settled(n), n.statistics()
+        assert all(not_cut_short(s, launched_after, slow_s) for s in slow), "the GPU work must not be cancelled"
+        with trio.fail_after(30):
+            await api.gather(*(api.wait(s) for s in fast))
+        assert all(s.idle() for s in fast)
+        assert settled(n), n.statistics()
 
     run_trio(mechanism, body)
 
 
-def test_reader_cancelled_or_done_hands_over(dev, mechanism):
-    """The task reading the fd leaves (cancelled, or its own wait done) while
-    others still wait: one of them takes over and every wait completes."""
-    long_s, short_s, mid_s = dev.stream(), dev.stream(), dev.stream()
+@pytest.mark.parametrize("mechanism", [m for m in MECHANISMS if m != "spin"])  # (spin: no task reads the fd)
+def test_the_readers_role_passes_on_when_it_is_cancelled_or_done(dev, mechanism):
+    """One task at a time reads the fd. The reader is cancelled while two others
+    wait: one of them takes over (else the second wait, whose kernel ends in a
+    second, would never return); when that one's wait ends, the third, still
+    waiting, holds the fd."""
+    long_s, mid_s, last_s = dev.stream(), dev.stream(), dev.stream()
 
     async def body(api):
-        long_s.launch(0.5)
-        short_s.launch(0.01)
-        mid_s.launch(0.05)
-        finished = []
+        n = api.notifier
+        launched_after = time.monotonic()
+        long_s.launch(RUNNING_S)
+        mid_s.launch(1.0)  # ends after its wait has watched (milliseconds), before last_s's
+        last_s.launch(2 * RUNNING_S)  # running when mid_s's wait returns (on a GPU, a second after)
+        scopes = {"reader": trio.CancelScope(), "mid": trio.CancelScope(), "last": trio.CancelScope()}
+        returned = []
 
         async def waiter(name, stream):
-            await api.wait(stream)
-            finished.append(name)
+            with scopes[name]:
+                await api.wait(stream)
+                returned.append(name)
 
-        with trio.fail_after(5):
+        def stats():
+            return n.statistics()
+
+        with trio.fail_after(30):
             async with trio.open_nursery() as nursery:
-                reader_scope = trio.CancelScope()
-
-                async def reader():
-                    with reader_scope:
-                        await api.wait(long_s)  # the first waiter: it reads the fd
-
-                nursery.start_soon(reader)
-                await trio.sleep(0.002)
-                nursery.start_soon(waiter, "short", short_s)
+                nursery.start_soon(waiter, "reader", long_s)
+                await until(lambda: (stats()["awaited"], stats()["fd_holds"]) == (1, 1), "the first wait reads the fd")
                 nursery.start_soon(waiter, "mid", mid_s)
-                await trio.sleep(0.002)
-                reader_scope.cancel()
-        # (not in kernel order: with hostfunc, a stream hashed onto the long
-        # one's side stream is notified only after it)
-        assert sorted(finished) == ["mid", "short"]
-        assert api.notifier.pending == 0
-        await api.wait(long_s)
+                await until(lambda: stats()["awaited"] == 2, "the second wait has watched")
+                nursery.start_soon(waiter, "last", last_s)
+                await until(lambda: stats()["awaited"] == 3, "the third wait has watched")
+                scopes["reader"].cancel()  # in the step that saw all three pending
+                await until(lambda: "mid" in returned, "the second wait returned: someone read the fd after the reader left")
+                await until(lambda: (stats()["awaited"], stats()["fd_holds"]) == (1, 1), "the third wait reads the fd")
+                scopes["last"].cancel()
+        assert returned == ["mid"], returned
+        assert scopes["reader"].cancelled_caught and scopes["last"].cancelled_caught
+        assert settled(n), n.statistics()
+        assert not_cut_short(long_s, launched_after, RUNNING_S) and not_cut_short(last_s, launched_after, 2 * RUNNING_S)
 
     run_trio(mechanism, body)
 
 
 # ---- close ------------------------------------------------------------------
 
-def test_close_wakes_every_waiter_with_closed_error(dev, mechanism):
-    streams = [dev.stream() for _ in range(5)]
-
-    async def body(api):
-        for s in streams:
-            s.launch(1.0)  # still running when the close lands, under any load
-        errors = []
-
-        async def one(i):
-            try:
-                await api.wait(streams[i % 5])
-            except cudafd.ClosedError as e:
-                errors.append(e)
-
-        with trio.fail_after(5):
-            async with trio.open_nursery() as nursery:
-                for i in range(20):
-                    nursery.start_soon(one, i)
-                await trio.sleep(0.01)
-                api.notifier.close()
-                api.notifier.close()  # idempotent
-        assert len(errors) == 20
-        with pytest.raises(cudafd.ClosedError):
-            await api.wait(streams[0])
-        with pytest.raises(cudafd.ClosedError):
-            api.notifier.watch(streams[0])
-        assert not any(s.idle() for s in streams), "the GPU work must not be cancelled"
-
-    run_trio(mechanism, body)
-
-
-def test_close_from_another_thread(dev, mechanism):
+def test_close_from_another_thread_wakes_every_waiter_and_releases_the_fd(dev, mechanism):
+    """close() on another thread reaches the run through its token: the task
+    reading the fd (each mechanism's own; the poll mechanism's timer) and the
+    parked ones get ClosedError, the fd, which the reader holds open meanwhile,
+    is released once they have left, and the GPU work goes on. (One wait of the
+    event mechanism, under every loop: test_cancel_close.py::test_close_from_another_thread.)"""
     s = dev.stream()
 
     async def body(api):
-        s.launch(0.5)
-        with trio.fail_after(5):
+        n = api.notifier
+        launched_after = time.monotonic()
+        s.launch(RUNNING_S)
+        closer = threading.Thread(target=n.close)
+        outcomes = []
+
+        async def one():
+            try:
+                await api.wait(s)
+                outcomes.append("returned")
+            except cudafd.ClosedError as exc:
+                outcomes.append(exc)
+
+        reading = int(mechanism != "spin")  # (spin: each task asks about its own wait; none reads the fd)
+        with trio.fail_after(10):
             async with trio.open_nursery() as nursery:
-
-                async def one():
-                    with pytest.raises(cudafd.ClosedError):
-                        await api.wait(s)
-
                 for _ in range(3):
                     nursery.start_soon(one)
-                await trio.sleep(0.01)
-                threading.Thread(target=api.notifier.close).start()
+                await until(lambda: (n.statistics()["awaited"], n.statistics()["fd_holds"]) == (3, reading),
+                            "three waits watched, one of them reading the fd")
+                closer.start()
+        closer.join(10)
+        assert len(outcomes) == 3 and all(isinstance(o, cudafd.ClosedError) for o in outcomes), outcomes
+        stats = n.statistics()
+        assert (stats["pending"], stats["fd_holds"], stats["fd_open"]) == (0, 0, 0), stats
+        assert not_cut_short(s, launched_after, RUNNING_S), "the GPU work must not be cancelled"
 
     run_trio(mechanism, body)
 
@@ -238,7 +254,7 @@ def test_default_notifier_is_per_run_and_closed_at_its_end(dev):
     trio.run(main)
     trio.run(main)
     assert seen[0] is not seen[1]
-    assert all(n.closed for n in seen)
+    assert all(n.closed and n.statistics()["fd_open"] == 0 for n in seen)
 
 
 # ---- many waiters, one fd ------------------------------------------------------
@@ -268,20 +284,30 @@ def test_many_concurrent_waiters_share_one_fd(dev, mechanism):
 
 
 def test_a_notifier_serves_one_run_at_a_time(dev):
+    """A wait in a second trio run is refused while the first run has one pending
+    (one run's drain would take the other's tokens); a close from outside ends
+    the first run's wait."""
     s1, s2 = dev.stream(), dev.stream()
     n = cudafd.Notifier()
-    failures = []
+    n.prepare(s1)
+    first_outcome, failures = [], []
 
     async def first():
-        s1.launch(1.0)  # still pending while the second run tries
-        await n.wait(s1)
+        try:
+            await n.wait(s1)
+            first_outcome.append("returned")
+        except cudafd.ClosedError as exc:
+            first_outcome.append(exc)
 
+    launched_after = time.monotonic()
+    s1.launch(RUNNING_S)  # pending while the second run tries, until the close
     thread = threading.Thread(target=lambda: trio.run(first))
     thread.start()
     try:
-        deadline = time.monotonic() + 5
-        while n.pending == 0 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 10
+        while n.statistics()["awaited"] == 0 and time.monotonic() < deadline:
             time.sleep(0.001)
+        assert n.statistics()["awaited"] == 1, "the first run's wait never watched"
 
         async def second():
             s2.launch(0.001)
@@ -292,52 +318,81 @@ def test_a_notifier_serves_one_run_at_a_time(dev):
 
         trio.run(second)
     finally:
-        thread.join()
-        n.close()
-    assert len(failures) == 1 and "another" in str(failures[0])
+        n.close()  # from this thread: the first run's wait ends with ClosedError
+        thread.join(10)
+    assert not thread.is_alive()
+    assert len(failures) == 1 and "another" in str(failures[0]), failures
+    assert len(first_outcome) == 1 and isinstance(first_outcome[0], cudafd.ClosedError), first_outcome
+    assert not_cut_short(s1, launched_after, RUNNING_S)
 
 
 # ---- fences -------------------------------------------------------------------
 
 def test_fence_awaited_by_several_tasks(dev, mechanism):
+    """Five tasks await one Fence; one is cancelled while the kernel runs: only
+    that one leaves, the other four return when the kernel ends."""
     s = dev.stream()
+    prepare(s, mechanism)  # else, on a GPU, the fence's watch may wait out the kernel (support.prepare)
 
     async def main():
-        s.launch(0.5)  # outlasts the first task's 5 ms however loaded the machine
+        s.launch(1.0)  # waited out: it only needs to outlast the steps up to the cancel (milliseconds)
         with cudafd.fence(s, mechanism=mechanism) as f:
-            results = []
+            started, results = [], []
+            first = trio.CancelScope()
 
             async def one(i):
-                with trio.move_on_after(0.005 if i == 0 else 5) as scope:
+                with (first if i == 0 else trio.CancelScope()) as scope:
+                    started.append(i)  # and, in the same step, into the fence's wait
                     await f
                 results.append("cancelled" if scope.cancelled_caught else "done")
 
-            await waits_in_nursery(5, one)
-            assert sorted(results) == ["cancelled"] + ["done"] * 4
+            with trio.fail_after(30):
+                async with trio.open_nursery() as nursery:
+                    for i in range(5):
+                        nursery.start_soon(one, i)
+                    await until(lambda: len(started) == 5, "five tasks await the fence")
+                    assert not s.idle(), "the kernel ended before the cancel"
+                    first.cancel()
+            assert sorted(results) == ["cancelled"] + ["done"] * 4, results
             assert s.idle()
+            assert f._notifier.statistics()["fd_holds"] == 0  # every task let go of the fd
             await f  # done: returns at once
 
     trio.run(main)
 
 
 def test_fence_closed_while_awaited(dev, mechanism):
+    """close() wakes every task awaiting the Fence with ClosedError; its fd, which
+    the reading task holds open meanwhile, is released once they have left; the
+    GPU work goes on."""
     s = dev.stream()
+    prepare(s, mechanism)
 
     async def main():
-        s.launch(0.3)
+        launched_after = time.monotonic()
+        s.launch(RUNNING_S)
         f = cudafd.fence(s, mechanism=mechanism)
-        with trio.fail_after(5):
+        n = f._notifier
+        started, outcomes = [], []
+
+        async def one():
+            started.append(None)  # and, in the same step, into the fence's wait
+            try:
+                await f
+                outcomes.append("returned")
+            except cudafd.ClosedError as exc:
+                outcomes.append(exc)
+
+        with trio.fail_after(10):
             async with trio.open_nursery() as nursery:
-
-                async def one():
-                    with pytest.raises(cudafd.ClosedError):
-                        await f
-
                 nursery.start_soon(one)
                 nursery.start_soon(one)
-                await trio.sleep(0.01)
+                await until(lambda: len(started) == 2, "two tasks await the fence")
+                assert n.statistics()["fd_holds"] == 1, "no task reads the fence's fd"
                 f.close()
-        assert not s.idle()
+        assert len(outcomes) == 2 and all(isinstance(o, cudafd.ClosedError) for o in outcomes), outcomes
+        assert n.statistics()["fd_open"] == 0
+        assert not_cut_short(s, launched_after, RUNNING_S), "the GPU work must not be cancelled"
 
     trio.run(main)
 
@@ -366,8 +421,12 @@ def test_fault_under_trio_raises_cuda_error(mechanism):
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_anyio_on_both_backends(dev, backend):
+    """anyio's task groups and cancel scopes on either backend: waits on a Notifier
+    and on the default one finish; a wait cancelled by a scope once it has watched
+    does not return, leaves nothing pending and the kernel running; a Fence is awaited."""
     anyio = pytest.importorskip("anyio")
     streams = [dev.stream() for _ in range(4)]
+    busy = dev.stream()
 
     async def main():
         with cudafd.Notifier() as n:
@@ -379,12 +438,27 @@ def test_anyio_on_both_backends(dev, backend):
                     tg.start_soon(cudafd.wait, s)
             assert all(s.idle() for s in streams)
 
-            streams[0].launch(0.2)
-            with anyio.move_on_after(0.01) as scope:
-                await n.wait(streams[0])
-            assert scope.cancelled_caught
-            assert n.pending == 0
-            assert not streams[0].idle()
+            launched_after = time.monotonic()
+            busy.launch(RUNNING_S)
+            scope = anyio.CancelScope()
+            returned = []
+
+            async def waiter():
+                with scope:
+                    await n.wait(busy)
+                    returned.append(True)
+
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(waiter)
+                    while n.statistics()["awaited"] == 0:
+                        await anyio.sleep(0.001)
+                    scope.cancel()
+            assert scope.cancelled_caught and not returned, "the wait returned while its kernel ran"
+            stats = n.statistics()
+            assert (stats["pending"], stats["loop_busy"]) == (0, 0), stats
+            assert not_cut_short(busy, launched_after, RUNNING_S), "the GPU work must not be cancelled"
+            streams[0].launch(0.01)
             with cudafd.fence(streams[0]) as f:
                 await f
             assert streams[0].idle()
@@ -464,10 +538,12 @@ def test_waits_on_one_stream_return_in_start_order(dev, mechanism):
 
 def test_a_wait_cancelled_in_the_pass_its_notifier_closes_leaves_nothing(dev, mechanism):
     s = dev.stream()
+    prepare(s, mechanism)
     n = cudafd.Notifier(mechanism)
 
     async def main():
-        s.launch(0.3)
+        launched_after = time.monotonic()
+        s.launch(RUNNING_S)
         scope = trio.CancelScope()
         outcome = []
 
@@ -485,8 +561,8 @@ def test_a_wait_cancelled_in_the_pass_its_notifier_closes_leaves_nothing(dev, me
             assert n.statistics()["awaited"] == 1
             n.close()
             scope.cancel()
+        assert not_cut_short(s, launched_after, RUNNING_S), "the GPU work must not be cancelled"
         return n.statistics()
 
     after = trio.run(main)
     assert (after["pending"], after["fd_holds"], after["fd_open"]) == (0, 0, 0), after
-    s.synchronize()
