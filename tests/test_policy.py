@@ -14,7 +14,7 @@ import time
 
 import pytest
 from fault_scenario import BYSTANDER_S, SURFACE_BOUND_S
-from support import REAL, run
+from support import REAL, RUNNING_S, run, until
 
 import cudafd
 from cudafd._core import lib as _lib
@@ -89,13 +89,14 @@ def test_a_wait_is_asked_at_least_once_per_budget(dev):
 def test_spin_never_sleeps_while_a_wait_is_pending(dev):
     s = dev.stream()
     with cudafd.Notifier("spin") as n:
-        s.launch(1.0)  # still running at the second count below, under any load
+        s.launch(RUNNING_S)
         n.watch(s)
-        time.sleep(0.02)  # the poller is up and spinning
+        asked = _counts()[0]
+        assert until(lambda: _counts()[0] > asked), "the spin poller never asked"
         q0, w0 = _counts()
-        time.sleep(0.1)
+        time.sleep(0.1)  # the stretch in which it must neither sleep nor stop asking
         q1, w1 = _counts()
-        s.synchronize()
+        assert not s.idle(), "the kernel ended within the stretch: nothing was tested"
     assert w1 == w0, "the spin poller slept"
     assert q1 > q0, "the spin poller stopped asking"
 

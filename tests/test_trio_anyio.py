@@ -522,7 +522,7 @@ def test_waits_on_one_stream_return_in_start_order(dev, mechanism):
             await api.wait(s)
             returned.append(i)
 
-        for kernel in (0.0, 0.0005, 0.0, 0.002):
+        for kernel in (0.0, 0.005, 0.0, 0.02):
             for _ in range(10):
                 returned.clear()
                 if kernel:
