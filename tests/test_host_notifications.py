@@ -20,7 +20,7 @@ import time
 
 import cudafd
 from cudafd._core import driver as _driver
-from support import wait_for_zero_counts
+from support import RUNNING_S, drain_until, first_watch, wait_for_zero_counts
 
 GATE_S = 2.0
 SLOW_WATCH_S = 0.5  # a watch this slow was held up by the driver (the gate holds for GATE_S)
@@ -85,6 +85,26 @@ def test_hostfunc_waits_past_the_drivers_limit_do_not_block_the_watch(dev):
         assert slowest < SLOW_WATCH_S, f"a watch blocked {slowest:.2f} s on the driver"
         assert closed(), "the gate opened before the watches ended: nothing was tested"
         _complete_in_order(n, order)
+
+
+def test_a_hostfunc_wait_put_off_completes_when_its_own_work_ends(dev):
+    """With the 16 host functions in flight held behind a long kernel, a wait
+    on another stream put off behind them completes once its own short kernel
+    is over (the watchdog queries it with its fault queries), not when a host
+    function comes back. The 16 share one stream, so that on a GPU the two
+    streams and their side streams take a hardware queue each."""
+    held, short = dev.stream(), dev.stream()
+    with cudafd.Notifier("hostfunc") as n:
+        first_watch(n, held)  # the context's side streams, made while the GPU is idle
+        held.launch(RUNNING_S)
+        tokens = {n.watch(held) for _ in range(16)}
+        assert cudafd.stats()["notifications"] == 16
+        short.launch(0.01)
+        token = n.watch(short)
+        assert cudafd.stats()["notifications"] == 16, "the short wait's host function was launched"
+        got = dict(drain_until(n, token))
+        assert got[token] is None, got
+        assert not held.idle() and not tokens & got.keys(), "the long kernel ended first: nothing was tested"
 
 
 def test_hostfunc_waits_put_off_and_then_detached_are_never_launched(dev):

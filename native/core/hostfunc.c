@@ -29,7 +29,9 @@
  * what an event-mechanism watch does (one record), however many are pending.
  * Launches keep the order of the watches (once one is put off, the later
  * ones queue behind it, also while the watchdog is launching it), so the
- * waits of a stream still complete in order.
+ * waits of a stream still complete in order. A wait put off is not held up
+ * by the host functions in flight: its event is queried with the fault
+ * queries, and once it reads done the wait completes, never launched.
  *
  * Side streams (contexts.c): the waits of one caller's stream share one, so
  * their host functions run in order; a stream with nothing in flight gets an
@@ -356,10 +358,12 @@ static void *watchdog_main(void *arg)
             cfd_wait *w = cfd_wait_lookup(batch[i].token);
             if (!w)
                 continue;
-            /* success only once its host function ran (before that, the side
-             * stream may still hold the launch's resources), and not ahead
-             * of an earlier wait on the same stream that is still pending */
-            bool done = batch[i].r == CUDA_SUCCESS && w->fired;
+            /* success once its host function ran (before that, the side
+             * stream may still hold the launch's resources) or, for a wait
+             * put off, whose side stream holds nothing of it, once its event
+             * is; not ahead of an earlier wait on the same stream that is
+             * still pending */
+            bool done = batch[i].r == CUDA_SUCCESS && (w->fired || !w->launched);
             if (done)
                 for (int j = 0; j < nheld && done; j++)
                     done = held[j] != batch[i].key;
