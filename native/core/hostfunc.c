@@ -17,7 +17,8 @@
  *    reports success only when the driver does (the sticky error otherwise).
  *  - A host function may also never run after a fault. The watchdog
  *    therefore queries the event of every point pending longer than
- *    CUDAFD_OPT_WATCHDOG_NS and completes it with the driver's error when
+ *    CUDAFD_OPT_WATCHDOG_NS (the oldest WATCHDOG_BATCH of them each
+ *    period) and completes it with the driver's error when
  *    the query reports one: a fault surfaces within about two watchdog
  *    periods instead of never.
  *
@@ -31,7 +32,8 @@
  * ones queue behind it, also while the watchdog is launching it), so the
  * waits of a stream still complete in order. A wait put off is not held up
  * by the host functions in flight: its event is queried with the fault
- * queries, and once it reads done the wait completes, never launched.
+ * queries (so while fewer than WATCHDOG_BATCH waits are older than it),
+ * and once it reads done the wait completes, never launched.
  *
  * Side streams (contexts.c): the waits of one caller's stream share one, so
  * their host functions run in order; a stream with nothing in flight gets an
