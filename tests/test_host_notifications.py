@@ -6,9 +6,9 @@ that adds one blocks until the GPU retires one, while every other call into
 the context waits behind it (an H200 stalled with 24 blocking-sync bridges in
 flight, or 31-40 host functions, bench/scale_watch.py; the simulator at 24). The core keeps at most 16 of its own in flight: a
 hostfunc wait past them has its host function launched later by the
-watchdog, and a blocking waiter past them queries its lane instead of
-bridging to it. Each test holds waits behind a gate (a kernel on a stream of
-its own whose end every stream waits for), checks that no watch blocked,
+watchdog, or completes unlaunched once the watchdog finds its work over.
+The tests of the limit hold waits behind a gate (a kernel on a stream of
+its own whose end every stream waits for), check that no watch blocked,
 then that every wait completes, in order on each stream, once the gate
 opens."""
 from __future__ import annotations

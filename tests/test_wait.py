@@ -122,8 +122,8 @@ def test_threads_stay_under_the_cap(dev, mechanism):
 
     run("asyncio", mechanism, body)
     assert peak_waits == len(streams), f"at most {peak_waits} of the {len(streams)} waits were in flight at once"
-    # the poller, the blocking waiters (capped at 16 by default: no more bridges than that) and the watchdog
-    assert peak_threads <= 18, f"{peak_threads} native threads for 100 pending waits"
+    # cudafd's native threads are the poller (event, spin, syncfd) and hostfunc's watchdog
+    assert peak_threads <= 2, f"{peak_threads} native threads for 100 pending waits"
 
 
 def test_default_wait_uses_one_notifier_per_loop(dev, loop_flavor):
