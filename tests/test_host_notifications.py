@@ -3,7 +3,7 @@
 Host functions and records of blocking-sync events are host notifications:
 the driver keeps only a few of a context's in flight, and past them the call
 that adds one blocks until the GPU retires one, while every other call into
-the context waits behind it (an H200 stalled with 24 blocking-sync bridges in
+the context waits behind it (an H200 stalled with 24 blocking-sync records in
 flight, or 31-40 host functions, bench/scale_watch.py; the simulator at 24). The core keeps at most 16 of its own in flight: a
 hostfunc wait past them has its host function launched later by the
 watchdog, or completes unlaunched once the watchdog finds its work over.
