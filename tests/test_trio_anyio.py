@@ -22,7 +22,6 @@ import cudafd
 trio = pytest.importorskip("trio")
 
 
-
 def run_trio(mechanism, body):
     return run("trio", mechanism, body)
 
