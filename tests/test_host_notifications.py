@@ -88,16 +88,17 @@ def test_hostfunc_waits_past_the_drivers_limit_do_not_block_the_watch(dev):
 
 
 def test_a_hostfunc_wait_put_off_completes_when_its_own_work_ends(dev):
-    """With the 16 host functions in flight held behind a long kernel, a wait
-    on another stream put off behind them completes once its own short kernel
-    is over (the watchdog queries it with its fault queries), not when a host
-    function comes back. The 16 share one stream, so that on a GPU the two
-    streams and their side streams take a hardware queue each."""
+    """With the 16 host functions in flight held behind a long kernel, and 284
+    more waits put off behind them, a wait on another stream put off behind
+    those completes once its own short kernel is over (the watchdog's fault
+    query asks the oldest wait of each side stream), not when a host function
+    comes back. The 300 share one stream, so that on a GPU the two streams and
+    their side streams take a hardware queue each."""
     held, short = dev.stream(), dev.stream()
     with cudafd.Notifier("hostfunc") as n:
         first_watch(n, held)  # the context's side streams, made while the GPU is idle
         held.launch(RUNNING_S)
-        tokens = {n.watch(held) for _ in range(16)}
+        tokens = {n.watch(held) for _ in range(300)}
         assert cudafd.stats()["notifications"] == 16
         short.launch(0.01)
         token = n.watch(short)

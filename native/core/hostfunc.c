@@ -16,11 +16,14 @@
  *    wait fired and wakes the watchdog, which queries the wait's event and
  *    reports success only when the driver does (the sticky error otherwise).
  *  - A host function may also never run after a fault. The watchdog
- *    therefore queries the event of every point pending longer than
- *    CUDAFD_OPT_WATCHDOG_NS (the oldest WATCHDOG_BATCH of them each
- *    period) and completes it with the driver's error when
- *    the query reports one: a fault surfaces within about two watchdog
- *    periods instead of never.
+ *    therefore queries, once a period (CUDAFD_OPT_WATCHDOG_NS), the event
+ *    of the oldest point pending longer than that on each side stream, and
+ *    completes it with the driver's error when the query reports one (a
+ *    fault is the whole context's: every later query reports it too): a
+ *    fault surfaces within about two watchdog periods instead of never.
+ *    A stream runs in order, so a later point of the same side stream is
+ *    not over before that one; asking only the oldest keeps a period's
+ *    queries to one per side stream, however many waits are pending.
  *
  * Host functions in flight are few (CFD_NOTIFY_MAX): past the driver's own limit cuLaunchHostFunc blocks
  * until the GPU catches up, and on an H200 so does every other call into the
@@ -32,8 +35,8 @@
  * ones queue behind it, also while the watchdog is launching it), so the
  * waits of a stream still complete in order. A wait put off is not held up
  * by the host functions in flight: its event is queried with the fault
- * queries (so while fewer than WATCHDOG_BATCH waits are older than it),
- * and once it reads done the wait completes, never launched.
+ * queries once it is the oldest of its side stream, and once it reads done
+ * the wait completes, never launched.
  *
  * Side streams (contexts.c): the waits of one caller's stream share one, so
  * their host functions run in order; a stream with nothing in flight gets an
@@ -317,6 +320,7 @@ static void *watchdog_main(void *arg)
     static uintptr_t held[WATCHDOG_BATCH]; /* keys with an earlier wait of this round still pending */
     CUcontext current = NULL;
     int64_t next_check = 0; /* fault queries once a period, however often it is woken */
+    uint64_t round = 0;     /* batches made, for cx->side.asked */
     pthread_mutex_lock(&g.mu);
     for (;;) {
         bury_parked_events();
@@ -337,12 +341,20 @@ static void *watchdog_main(void *arg)
         if (periodic)
             next_check = now + g.watchdog_ns;
         int64_t old = periodic ? now - g.watchdog_ns : INT64_MIN;
+        round++;
         int k = 0;
-        for (cfd_wait *w = g.hf_pending; w && k < WATCHDOG_BATCH; w = w->next)
-            if (w->fired || w->t0 <= old) {
-                batch[k].token = w->token, batch[k].ev = w->ev, batch[k].ctx = w->cx->ctx;
-                batch[k++].key = w->side_key;
+        for (cfd_wait *w = g.hf_pending; w && k < WATCHDOG_BATCH; w = w->next) {
+            if (!w->fired && w->t0 > old)
+                continue;
+            if (!w->fired) { /* of the waits not fired, the oldest of each side stream */
+                uint64_t *asked = &w->cx->side.asked[w->side];
+                if (*asked == round)
+                    continue;
+                *asked = round;
             }
+            batch[k].token = w->token, batch[k].ev = w->ev, batch[k].ctx = w->cx->ctx;
+            batch[k++].key = w->side_key;
+        }
         if (k == 0)
             continue;
         cfd_probe_begin();

@@ -68,6 +68,7 @@ typedef struct cfd_side_key { /* a caller's stream or event with waits in flight
 typedef struct cfd_side_pool {
     CUstream stream[CFD_SIDE_MAX]; /* made when needed, or all at a hostfunc watch's first use (contexts.c) */
     int busy[CFD_SIDE_MAX];        /* holders of each */
+    uint64_t asked[CFD_SIDE_MAX];  /* the watchdog's last round that queried an unfired wait on it (hostfunc.c) */
     cfd_side_key *keys;            /* which stream each key in flight uses */
     int nkeys, capkeys;
     bool filled;  /* made (or tried) all at once: cfd_side_fill_locked */
