@@ -86,17 +86,16 @@ def test_a_wait_in_a_cancelled_scope_leaves_at_its_first_checkpoint(dev, mechani
 
 def test_cancellation_storm(dev, mechanism):
     """Rounds of waits with deadlines of 1 to 81 ms on 1 s kernels beside waits
-    that finish on kernels of 0.2 to 51 ms, plus a whole nursery cancelled
-    mid-flight: waits are cancelled before they watch, while parked and while
-    reading the fd, and the reader leaves (cancelled or done) while others
-    wait. No wait on a long kernel returns before its kernel's end, the others
-    finish, nothing is left pending, no kernel is cut short."""
+    that finish on kernels of 0.2 to 51 ms, then a whole nursery of waits on a
+    kernel that outlasts the test, cancelled once some of them are parked:
+    waits are cancelled before they watch, while parked and while reading the
+    fd, and the reader leaves (cancelled or done) while others wait. No wait on
+    a long kernel returns before its kernel's end, the others finish, nothing
+    is left pending, no kernel is cut short."""
     slow = [dev.stream() for _ in range(5)]
     fast = [dev.stream() for _ in range(5)]
-    # 12x the longest deadline, and no longer: the hostfunc mechanism keeps at most
-    # 16 host functions in flight in a context, those of cancelled waits too, so
-    # there the short kernels' waits are notified only once the long kernels end.
-    slow_s = 1.0
+    parked = dev.stream()
+    slow_s = 1.0  # 12x the longest deadline
 
     async def body(api):
         n = api.notifier
@@ -105,12 +104,9 @@ def test_cancellation_storm(dev, mechanism):
             s.launch(slow_s)
         outcomes = {"cancelled": 0, "done": 0}
         slow_returns = []  # seconds since the launch, of each wait on a long kernel that returned
-        peak = 0  # the most waits watched and not reported at once
 
         async def one(i):
-            # The short kernels' waits get a deadline no machine reaches (their
-            # notification may wait for the long kernels' end: above; on a GPU a
-            # cancelled wait's side stream may hold it up so too).
+            # The short kernels' waits get a deadline no machine reaches.
             streams = slow if i % 2 else fast
             with trio.move_on_after(0.001 * 3 ** (i % 5) if i % 2 else 30.0) as scope:
                 await api.wait(streams[i % 5])
@@ -118,29 +114,21 @@ def test_cancellation_storm(dev, mechanism):
                     slow_returns.append(time.monotonic() - launched_after)
             outcomes["cancelled" if scope.cancelled_caught else "done"] += 1
 
-        async def look():
-            nonlocal peak
-            while True:
-                peak = max(peak, n.statistics()["awaited"])
-                await trio.sleep(0)
-
-        async with trio.open_nursery() as looking:
-            looking.start_soon(look)
-            for _ in range(5):
-                for j, s in enumerate(fast):
-                    s.launch(0.0002 * 4 ** j)
-                await waits_in_nursery(200, one)
-            async with trio.open_nursery() as nursery:
-                for i in range(100):
-                    nursery.start_soon(one, i)
-                await trio.sleep(0.0005)
-                nursery.cancel_scope.cancel()
-            looking.cancel_scope.cancel()
+        for _ in range(5):
+            for j, s in enumerate(fast):
+                s.launch(0.0002 * 4 ** j)
+            await waits_in_nursery(200, one)
+        parked.launch(RUNNING_S)
+        async with trio.open_nursery() as nursery:
+            for _ in range(100):
+                nursery.start_soon(api.wait, parked)
+            await until(lambda: n.statistics()["awaited"] >= 2, "two waits on the long kernel parked")
+            nursery.cancel_scope.cancel()
         assert outcomes["cancelled"] > 0 and outcomes["done"] > 0, outcomes
-        assert peak >= 2, f"never two waits watched at once (at most {peak}): nothing was parked"
         assert all(t >= slow_s for t in slow_returns), f"waits returned before their kernel's end: {slow_returns}"
         assert settled(n), n.statistics()
         assert all(not_cut_short(s, launched_after, slow_s) for s in slow), "the GPU work must not be cancelled"
+        assert not parked.idle(), "the long kernel ended before its waits were cancelled"
         with trio.fail_after(30):
             await api.gather(*(api.wait(s) for s in fast))
         assert all(s.idle() for s in fast)
