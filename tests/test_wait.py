@@ -9,7 +9,7 @@ import pytest
 
 import cudafd
 from cudafd._core import driver as _driver, kernels as _kernels
-from support import run
+from support import REAL, run
 
 
 def test_wait_returns_after_the_work(dev, flavor, mechanism):
@@ -114,7 +114,7 @@ def test_threads_stay_under_the_cap(dev, mechanism):
         sampler.start()
         try:
             for s in streams:
-                s.launch(0.5)
+                s.launch(0.5 if REAL else 2.0)  # outlasts the 100 launches and watches (an emulated CPU: 2 s)
             await asyncio.gather(*(api.wait(s) for s in streams))
         finally:
             stop.set()
