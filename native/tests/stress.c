@@ -815,11 +815,12 @@ static void test_side_streams_kept(void)
 /* hostfunc: a watch made while the watchdog launches an earlier wait of the
  * same stream that was put off (the budget of host functions spent), and
  * the launch blocks, is launched behind it: the two complete in order. The
- * launch blocks for less than the watchdog's period, so that the earlier
- * wait is not yet due a periodic look when the later one's host function
- * has run. */
+ * watchdog's period is 2 s here, so that the earlier wait is never due a
+ * periodic look, which would complete it unlaunched once its work is over
+ * and leave no launch to block. */
 static void test_hostfunc_launch_order(CUcontext ctx)
 {
+    CHECK(cudafd_set_option(CUDAFD_OPT_WATCHDOG_NS, 2000000000LL) == CUDAFD_OK, "watchdog period");
     cudafd_notifier *n = NULL;
     cudafd_notifier_create(CUDAFD_MECH_HOSTFUNC, &n);
     CUstream fill = new_stream(ctx), s = new_stream(ctx);
@@ -849,6 +850,7 @@ static void test_hostfunc_launch_order(CUcontext ctx)
     cudafd_notifier_destroy(n);
     sim_stream_destroy(fill);
     sim_stream_destroy(s);
+    CHECK(cudafd_set_option(CUDAFD_OPT_WATCHDOG_NS, 10 * 1000 * 1000) == CUDAFD_OK, "watchdog period back");
 }
 
 /* hostfunc: the context faults while a watch's launch blocks, and the
