@@ -18,9 +18,11 @@ import ctypes
 import select
 import time
 
+import pytest
+
 import cudafd
 from cudafd._core import driver as _driver
-from support import RUNNING_S, drain_until, first_watch, wait_for_zero_counts
+from support import REAL, RUNNING_S, drain_until, first_watch, wait_for_zero_counts
 
 GATE_S = 2.0
 SLOW_WATCH_S = 0.5  # a watch this slow was held up by the driver (the gate holds for GATE_S)
@@ -106,6 +108,33 @@ def test_a_hostfunc_wait_put_off_completes_when_its_own_work_ends(dev):
         got = dict(drain_until(n, token))
         assert got[token] is None, got
         assert not held.idle() and not tokens & got.keys(), "the long kernel ended first: nothing was tested"
+
+
+@pytest.mark.skipif(REAL, reason="needs nine contexts, which the simulator makes at no cost")
+def test_a_put_off_hostfunc_wait_is_asked_however_many_side_streams_are_busy():
+    """Eight contexts with all their side streams held by waits behind a long
+    kernel (256 oldest waits for the watchdog to ask each period), then a
+    short wait put off in a ninth: the watchdog's round asks the oldest wait
+    of every side stream, however many, so the short one completes once its
+    kernel is over."""
+    devices = [cudafd.sim.Device() for _ in range(9)]
+    try:
+        with cudafd.Notifier("hostfunc") as n:
+            tokens = set()
+            for d in devices[:8]:
+                for s in [d.stream() for _ in range(32)]:
+                    s.launch(RUNNING_S)
+                    tokens.add(n.watch(s))
+            assert cudafd.stats()["streams"] >= 256, cudafd.stats()
+            short = devices[8].stream()
+            short.launch(0.01)
+            token = n.watch(short)
+            got = dict(drain_until(n, token))
+            assert got[token] is None, got
+            assert not tokens & got.keys(), "a long kernel ended first: nothing was tested"
+    finally:
+        for d in devices:
+            d.close()
 
 
 def test_hostfunc_waits_put_off_and_then_detached_are_never_launched(dev):

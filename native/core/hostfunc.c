@@ -23,7 +23,8 @@
  *    fault surfaces within about two watchdog periods instead of never.
  *    A stream runs in order, so a later point of the same side stream is
  *    not over before that one; asking only the oldest keeps a period's
- *    queries to one per side stream, however many waits are pending.
+ *    queries to one per side stream, however many waits are pending, and
+ *    every side stream of every context is asked each period.
  *
  * Host functions in flight are few (CFD_NOTIFY_MAX): past the driver's own limit cuLaunchHostFunc blocks
  * until the GPU catches up, and on an H200 so does every other call into the
@@ -48,8 +49,6 @@
 #include <time.h>
 
 #include "internal.h"
-
-#define WATCHDOG_BATCH 256
 
 static void *watchdog_main(void *arg);
 
@@ -308,16 +307,36 @@ static void bury_parked_events(void)
         cfd_quiesce_locked();
 }
 
+/* One query of a watchdog round. */
+struct ask {
+    uint64_t token;
+    CUevent ev;
+    CUcontext ctx;
+    uintptr_t key; /* the caller's stream (or event) */
+    CUresult r;
+};
+
+/* Double the capacity of the watchdog's two round arrays (g.mu held). */
+static bool grow(struct ask **batch, uintptr_t **held, int *cap)
+{
+    int n = *cap ? 2 * *cap : CFD_NOTIFY_MAX;
+    struct ask *b = realloc(*batch, (size_t)n * sizeof *b);
+    if (!b)
+        return false;
+    *batch = b;
+    uintptr_t *h = realloc(*held, (size_t)n * sizeof **held);
+    if (!h)
+        return false;
+    *held = h;
+    *cap = n;
+    return true;
+}
+
 static void *watchdog_main(void *arg)
 {
-    static struct {
-        uint64_t token;
-        CUevent ev;
-        CUcontext ctx;
-        uintptr_t key; /* the caller's stream (or event) */
-        CUresult r;
-    } batch[WATCHDOG_BATCH];
-    static uintptr_t held[WATCHDOG_BATCH]; /* keys with an earlier wait of this round still pending */
+    struct ask *batch = NULL;
+    uintptr_t *held = NULL; /* keys with an earlier wait of this round still pending */
+    int cap = 0;            /* of both: grown to the round's queries (one a side stream, plus the fired waits) */
     CUcontext current = NULL;
     int64_t next_check = 0; /* fault queries once a period, however often it is woken */
     uint64_t round = 0;     /* batches made, for cx->side.asked */
@@ -343,7 +362,7 @@ static void *watchdog_main(void *arg)
         int64_t old = periodic ? now - g.watchdog_ns : INT64_MIN;
         round++;
         int k = 0;
-        for (cfd_wait *w = g.hf_pending; w && k < WATCHDOG_BATCH; w = w->next) {
+        for (cfd_wait *w = g.hf_pending; w; w = w->next) {
             if (!w->fired && w->t0 > old)
                 continue;
             if (!w->fired) { /* of the waits not fired, the oldest of each side stream */
@@ -352,6 +371,8 @@ static void *watchdog_main(void *arg)
                     continue;
                 *asked = round;
             }
+            if (k == cap && !grow(&batch, &held, &cap))
+                break; /* out of memory: the rest wait for a later round */
             batch[k].token = w->token, batch[k].ev = w->ev, batch[k].ctx = w->cx->ctx;
             batch[k++].key = w->side_key;
         }
@@ -396,6 +417,8 @@ static void *watchdog_main(void *arg)
         if (unconfirmed) /* asked again in a moment, not in a busy loop */
             cfd_cond_wait_ns(&g.watchdog_cv, 1000000);
     }
+    free(batch);
+    free(held);
     g.watchdog_running = false;
     pthread_cond_broadcast(&g.poller_gone_cv);
     cfd_thread_exit_locked();
