@@ -65,9 +65,10 @@ def test_demo_shows_a_few_meaningful_lines_with_the_simulator_caveat():
                        capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    wake = next(i for i, line in enumerate(lines) if line.startswith("wake-up after the kernel's end"))
-    assert "simulator" in lines[wake + 1], lines  # the caveat beside the timing figure
-    assert any(" waits/s, process CPU " in line for line in lines), lines
+    crowd = next(i for i, line in enumerate(lines) if line.startswith("resumed after the kernel's end, 8 at once: p50 "))
+    assert lines[crowd + 1].startswith("resumed after the kernel's end, one at a time: p50 "), lines
+    assert "simulator" in lines[crowd + 2], lines  # the caveat beside the timing figures
+    assert any(" waits/s, process CPU " in line and "(the loop's thread " in line for line in lines), lines
     ended = next(line for line in lines if line.startswith("how the waits ended:"))
     numbers = [int(w.replace(",", "")) for w in ended.replace("(", " ").split() if w.replace(",", "").isdigit()]
     assert sum(numbers[:2]) == 2000, ended  # the loop's own check + the fd's: every wait once

@@ -1,17 +1,22 @@
 """``python -m cudafd demo``: many concurrent asyncio waits on spin kernels of varied lengths.
 
 One coroutine per stream launches a kernel, awaits ``cudafd.wait(stream)``,
-and measures how long after the kernel's nominal length it woke up (the
-overhead of launch + notification + loop wake-up). Runs on the real GPU when
-one is usable, else on the simulator (and says so beside its figures); shows a
-progress bar while it runs (rich or tqdm when importable), then throughput,
-process CPU, latency percentiles, how the waits were answered, and whether
-cudafd holds anything afterwards (it should not).
+and measures how long after the kernel's end (its launch time plus its
+length: the kernel spins on the GPU's clock) it resumed: the launch, the
+notification, the loop's wake-up and, with many coroutines, its turn on the
+loop. Then one wait at a time on the otherwise idle loop, which shows the
+wake-up alone. Runs on the real GPU when one is usable (with a hardware queue
+per stream, up to the driver's 32: CUDA_DEVICE_MAX_CONNECTIONS, unless set,
+so that no stream's kernel waits for another's), else on the simulator (and
+says so beside its figures); shows a progress bar while it runs (rich or tqdm
+when importable), then throughput, CPU, lateness percentiles, how the waits
+were answered, and whether cudafd holds anything afterwards (it should not).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import sys
 import time
@@ -21,6 +26,7 @@ from .progress import Progress
 from ._device import Setup, choose
 
 KERNEL_SECONDS = (10e-6, 50e-6, 200e-6, 1e-3, 3e-3)
+ONE_AT_A_TIME = 300  # waits of the second part
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
@@ -54,6 +60,11 @@ def _us(seconds: float) -> str:
     return f"{seconds * 1e6:,.0f} µs"
 
 
+def _spread(values: list[float]) -> str:
+    """p50, p99 and max of sorted ``values`` (seconds)."""
+    return f"p50 {_us(_percentile(values, 0.5))}, p99 {_us(_percentile(values, 0.99))}, max {_us(values[-1])}"
+
+
 def _kernels() -> str:
     lo, hi = min(KERNEL_SECONDS), max(KERNEL_SECONDS)
     return f"{lo * 1e6:g} µs to {hi * 1e3:g} ms"
@@ -77,7 +88,7 @@ async def _run(setup: Setup, waits: int, streams: int, mechanism: str | None) ->
     overheads: list[float] = []
     rng = random.Random(1234)
     before = _native_counts()
-    cpu0 = time.process_time()
+    cpu0, loop_cpu0 = time.process_time(), time.thread_time()
     started = time.perf_counter()
     with Progress(waits, "waits") as bar:
         shown = asyncio.ensure_future(_show_progress(bar, overheads, waits))
@@ -91,20 +102,26 @@ async def _run(setup: Setup, waits: int, streams: int, mechanism: str | None) ->
         finally:
             elapsed = time.perf_counter() - started
             cores = (time.process_time() - cpu0) / elapsed
+            loop_cores = (time.thread_time() - loop_cpu0) / elapsed
             shown.cancel()
             try:
                 await shown
             except asyncio.CancelledError:
                 pass
-            notifier.close()
-            notifier.drain()
     after = _native_counts()
+    try:
+        alone: list[float] = []
+        await _worker(setup, handles[0], min(ONE_AT_A_TIME, waits), notifier, alone, random.Random(rng.random()))
+    finally:
+        notifier.close()
+        notifier.drain()
     values = sorted(overheads)
-    print(f"{len(values):,} waits in {elapsed:.2f} s: {len(values) / elapsed:,.0f} waits/s, process CPU {cores:.2f} cores")
     print(
-        "wake-up after the kernel's end (await time minus kernel length): "
-        f"p50 {_us(_percentile(values, 0.5))}, p99 {_us(_percentile(values, 0.99))}, max {_us(values[-1])}"
+        f"{len(values):,} waits in {elapsed:.2f} s: {len(values) / elapsed:,.0f} waits/s, "
+        f"process CPU {cores:.2f} cores (the loop's thread {loop_cores:.2f})"
     )
+    print(f"resumed after the kernel's end, {streams} at once: {_spread(values)} (in turn on one loop)")
+    print(f"resumed after the kernel's end, one at a time: {_spread(sorted(alone))} (the loop otherwise idle)")
     if setup.kind == "sim":
         print(f"  {SIM_CAVEAT}")
     print(_how_they_ended(notifier.mechanism, len(values), before, after))
@@ -150,6 +167,7 @@ def run(waits: int = 40000, streams: int = 32, force_sim: bool = False, mechanis
     if waits <= 0 or streams <= 0:
         print("--waits and --streams must be positive", file=sys.stderr)
         return 2
+    os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", str(min(streams, 32)))  # read when the context is made
     setup = choose(force_sim)
     print(f"running on {setup.description}")
     setup.open()
