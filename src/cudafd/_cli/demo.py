@@ -61,8 +61,9 @@ def _us(seconds: float) -> str:
 
 
 def _spread(values: list[float]) -> str:
-    """p50, p99 and max of sorted ``values`` (seconds)."""
-    return f"p50 {_us(_percentile(values, 0.5))}, p99 {_us(_percentile(values, 0.99))}, max {_us(values[-1])}"
+    """p50, p99 and max of sorted ``values`` (seconds), in µs."""
+    p50, p99 = (f"{_percentile(values, q) * 1e6:,.0f}" for q in (0.5, 0.99))
+    return f"p50 {p50}, p99 {p99}, max {_us(values[-1])}"
 
 
 def _kernels() -> str:
@@ -121,7 +122,7 @@ async def _run(setup: Setup, waits: int, streams: int, mechanism: str | None) ->
         f"process CPU {cores:.2f} cores (the loop's thread {loop_cores:.2f})"
     )
     print(f"resumed after the kernel's end, {streams} at once: {_spread(values)} (in turn on one loop)")
-    print(f"resumed after the kernel's end, one at a time: {_spread(sorted(alone))} (the loop otherwise idle)")
+    print(f"resumed after the kernel's end, one at a time: {_spread(sorted(alone))} (on an idle loop)")
     if setup.kind == "sim":
         print(f"  {SIM_CAVEAT}")
     print(_how_they_ended(notifier.mechanism, len(values), before, after))
