@@ -76,19 +76,14 @@ def _native_counts() -> dict[str, int]:
     return {k: s.get(k, 0) for k in ("completed", "faults", "queries", "wakes")}
 
 
-async def _run(setup: Setup, waits: int, streams: int, mechanism: str | None) -> int:
-    handles = setup.streams(streams)
-    for h in handles:
-        setup.warm_up(h)
-    notifier = Notifier(mechanism)
-    print(
-        f"mechanism {notifier.mechanism}: {waits:,} waits over {streams} streams (one coroutine each), "
-        f"kernels of {_kernels()}"
-    )
+async def _crowd(
+    setup: Setup, handles: list[int], waits: int, notifier: Notifier, rng: random.Random
+) -> tuple[list[float], float, float, float]:
+    """``waits`` waits shared among one coroutine per stream, all at once, behind a progress
+    bar: the lateness of each, the seconds taken, process cores and the loop thread's cores."""
+    streams = len(handles)
     per = [waits // streams + (1 if i < waits % streams else 0) for i in range(streams)]
     overheads: list[float] = []
-    rng = random.Random(1234)
-    before = _native_counts()
     cpu0, loop_cpu0 = time.process_time(), time.thread_time()
     started = time.perf_counter()
     with Progress(waits, "waits") as bar:
@@ -109,8 +104,23 @@ async def _run(setup: Setup, waits: int, streams: int, mechanism: str | None) ->
                 await shown
             except asyncio.CancelledError:
                 pass
-    after = _native_counts()
+    return overheads, elapsed, cores, loop_cores
+
+
+async def _run(setup: Setup, waits: int, streams: int, mechanism: str | None) -> int:
+    handles = setup.streams(streams)
+    for h in handles:
+        setup.warm_up(h)
+    notifier = Notifier(mechanism)
+    print(
+        f"mechanism {notifier.mechanism}: {waits:,} waits over {streams} streams (one coroutine each), "
+        f"kernels of {_kernels()}"
+    )
+    rng = random.Random(1234)
     try:
+        before = _native_counts()
+        overheads, elapsed, cores, loop_cores = await _crowd(setup, handles, waits, notifier, rng)
+        after = _native_counts()
         alone: list[float] = []
         await _worker(setup, handles[0], min(ONE_AT_A_TIME, waits), notifier, alone, random.Random(rng.random()))
     finally:
