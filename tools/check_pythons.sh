@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One wheel, every CPython: build the x86_64 (or this machine's) wheel once,
+# One wheel, every CPython: build this machine's wheel once,
 # install that same file with the test extras into a fresh venv of each
 # interpreter, and run the suite there on the simulator. The native
 # libraries do not link against Python, so the wheel is tagged py3-none and
@@ -16,9 +16,10 @@ if [[ ${#pythons[@]} -eq 0 ]]; then
   for py in $(compgen -c python3. | grep -E '^python3\.[0-9]+$' | sort -u -V) \
             "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.*/bin/python3; do
     minor=$("$py" -c 'import sys; print(sys.version_info[1])' 2>/dev/null) || continue  # (a pyenv shim may not run)
-    (( minor >= 10 )) && pythons+=("$py")
+    if (( minor >= 10 )); then pythons+=("$py"); fi
   done
 fi
+(( ${#pythons[@]} )) || { echo "no CPython 3.10 or newer found" >&2; exit 1; }
 python3 -m pip wheel -q --no-deps -w "$work/dist" "$root" >"$work/build.log" 2>&1 \
   || { tail -20 "$work/build.log"; exit 1; }
 wheel=$(echo "$work"/dist/cudafd-*.whl)
