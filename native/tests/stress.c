@@ -874,12 +874,12 @@ static void test_hostfunc_fault_during_launch(void)
     CUstream s = new_stream(ctx);
     /* its side streams made first: on a loaded machine making them can outlast the kernel */
     CHECK(cudafd_prepare(n, (uintptr_t)s) == CUDAFD_OK, "prepare: %s", cudafd_last_error());
-    sim_launch(s, 20 * 1000 * 1000, CUDA_ERROR_ILLEGAL_ADDRESS); /* faults after the watch's record */
-    sim_delay_next_host_launch(100 * 1000 * 1000); /* past several watchdog periods, and the fault */
+    sim_launch(s, 100 * 1000 * 1000, CUDA_ERROR_ILLEGAL_ADDRESS); /* faults after the watch's record */
+    sim_delay_next_host_launch(300 * 1000 * 1000); /* past several watchdog periods, and the fault */
     uint64_t t = 0;
     int rc = cudafd_watch_stream(n, (uintptr_t)s, &t);
     cudafd_completion c[2];
-    int have = collect(n, c, 2, 1.0);
+    int have = collect(n, c, 2, 1.5);
     CHECK(rc == CUDAFD_OK && have == 1 && c[0].token == t && c[0].status == CUDA_ERROR_ILLEGAL_ADDRESS,
           "watch %d, %d completions, the fault reported for its token", rc, have);
     cudafd_notifier_destroy(n);
@@ -901,7 +901,7 @@ static void test_hostfunc_swept_during_launch(void)
     CUstream s1 = new_stream(ctx), s2 = new_stream(ctx);
     CHECK(cudafd_prepare(n, (uintptr_t)s1) == CUDAFD_OK, "prepare: %s", cudafd_last_error());
     uint64_t ta = 0, tw = 0;
-    sim_launch(s1, 50 * 1000 * 1000, CUDA_ERROR_ILLEGAL_ADDRESS);
+    sim_launch(s1, 100 * 1000 * 1000, CUDA_ERROR_ILLEGAL_ADDRESS); /* faults after both watches */
     int ra = cudafd_watch_stream(n, (uintptr_t)s1, &ta);
     sim_delay_next_host_launch(300 * 1000 * 1000); /* past the fault of s1's kernel */
     int rw = cudafd_watch_stream(n, (uintptr_t)s2, &tw);
