@@ -152,7 +152,10 @@ int cudafd_ask_token(cudafd_notifier *n, uint64_t token, int64_t *status);
  * (cudafd_ask_token at every pass) while they wait (on: nonzero): its waits
  * watched from now on are asked by the poller only every max(max_lateness,
  * 10 ms) (a backstop), so the poller does not spin on them; off: they spin
- * again. CUDAFD_E_INVALID for another mechanism, CUDAFD_E_CLOSED once n is
+ * again. The order of one stream's waits in the queue holds among the waits
+ * watched in one mode: a wait watched with asking on is the caller's to ask
+ * about, and one watched later with asking off may be drained first.
+ * CUDAFD_E_INVALID for another mechanism, CUDAFD_E_CLOSED once n is
  * closed. */
 int cudafd_notifier_set_asking(cudafd_notifier *n, int on);
 /* Make now every stream the notifier's waits in `stream`'s context may need
@@ -238,8 +241,9 @@ void cudafd_notifier_destroy(cudafd_notifier *n);
  * be held so: destroying it while cudafd has a wait, events or side streams
  * there leaves dead handles, which a real driver crashes on.
  * This call first waits for the event poller to let go of the waits of
- * closed notifiers and of cancelled ones (it may be asking about one at that
- * moment), and for the hostfunc watchdog to take the waits whose host
+ * closed notifiers, of cancelled ones and of those whose result went
+ * already (to cudafd_ask_token, or early with a fault of their context),
+ * though it may be asking about one at that moment, and for the hostfunc watchdog to take the waits whose host
  * function ran, so that none is asked about after it returns (hostfunc waits
  * whose host function has not run yet are still asked about by the watchdog
  * until it runs: synchronize their work first). It then destroys the idle

@@ -431,8 +431,10 @@ int cfd_record(cfd_ctx *cx, CUstream stream, CUevent taken, CUevent *out)
             return rc;
     }
     CUresult r = cu.cuEventRecord(ev, stream);
-    if (r != CUDA_SUCCESS) {
-        cfd_event_destroy(ev);
+    if (r != CUDA_SUCCESS) { /* still idle: back to the pool (a probe may be querying it: never destroyed here) */
+        pthread_mutex_lock(&g.mu);
+        cfd_ctx_give_event(cx, ev);
+        pthread_mutex_unlock(&g.mu);
         return cfd_fail_cuda(r, "cuEventRecord on the stream");
     }
     *out = ev;

@@ -15,8 +15,9 @@
  *    So a host function's run proves nothing: the trampoline only marks its
  *    wait fired and wakes the watchdog, which queries the wait's event and
  *    reports success only when the driver does (the sticky error otherwise).
- *  - A host function may also never run after a fault. The watchdog
- *    therefore queries, once a period (CUDAFD_OPT_WATCHDOG_NS), the event
+ *  - A host function may also never run after a fault. A sticky error seen
+ *    in the context ends its hostfunc waits at once (cfd_hostfunc_fault_locked),
+ *    and the watchdog queries, once a period (CUDAFD_OPT_WATCHDOG_NS), the event
  *    of the oldest point pending longer than that on each side stream, and
  *    completes it with the driver's error when the query reports one (a
  *    fault is the whole context's: every later query reports it too): a
@@ -132,6 +133,23 @@ static void hf_leave(cfd_wait *w)
         cfd_notify_put();
     } else {
         defer_remove(w);
+    }
+}
+
+/* A sticky fault in cx (cfd_note_fault): its hostfunc waits end with it now,
+ * launched or not, fired or not. No query of their events could tell more,
+ * and a host function that still runs finds its token gone (trampoline), so
+ * none is asked about after this: cudafd_release_idle need not wait for them
+ * before the caller destroys the context. g.mu held. */
+void cfd_hostfunc_fault_locked(cfd_ctx *cx, int64_t status)
+{
+    cfd_wait *next;
+    for (cfd_wait *w = g.hf_pending; w; w = next) {
+        next = w->next;
+        if (w->cx == cx) {
+            hf_leave(w);
+            cfd_wait_complete(w, status, false);
+        }
     }
 }
 

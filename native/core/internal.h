@@ -186,6 +186,11 @@ void cfd_wait_detach(cfd_wait *w);  /* from its notifier: it will not be reporte
  * its next round rather than ask about until the work ends (waiters.c).
  * g.mu held. */
 void cfd_wait_drop(cfd_wait *w);
+/* The same for every wait left in a lane whose result nobody will take again
+ * (taken by an ask, or delivered early by a fault sweep): the poller would
+ * otherwise pop them only at its next ask of their lane, which may come after
+ * the caller destroyed their context (cudafd_release_idle). True if any. g.mu held. */
+bool cfd_drop_detached_locked(void);
 /* The lane of (ctx, stream, thread, mech), created empty if new; NULL when out of memory. g.mu held. */
 cfd_lane *cfd_lane_get(CUcontext ctx, uintptr_t stream, uint64_t thread, int mech);
 
@@ -227,6 +232,8 @@ int64_t cfd_poll_interval(int64_t age, int64_t budget);
 /* A wait on user_event if it is not NULL, else on user_stream (NULL: the legacy default stream). */
 int cfd_hostfunc_watch(struct cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, uintptr_t stream_key,
                        CUevent user_event, uint64_t *token);
+/* A sticky fault in cx: end its hostfunc waits now (hostfunc.c). g.mu held. */
+void cfd_hostfunc_fault_locked(cfd_ctx *cx, int64_t status);
 /* Host notifications: work the GPU must tell the host about when it gets
  * there (a host function, a record of a blocking-sync event). The driver
  * keeps only a few in flight per context: past them (31-40 host functions

@@ -188,7 +188,10 @@ CFD_API int cudafd_release_idle(void)
     while (g.nopen == 0 && g.poller_running)
         pthread_cond_wait(&g.poller_gone_cv, &g.mu);
     /* With notifiers open, the poller takes the dropped waits (cancelled, of
-     * closed notifiers) out of its lanes at its next round: wait for it. */
+     * closed notifiers) out of its lanes at its next round, and with them those
+     * whose result went already (to an ask, or by a fault sweep): wait for it. */
+    if (g.nopen > 0)
+        cfd_drop_detached_locked();
     uint64_t reaps = g.reaps;
     if (g.nopen > 0 && g.reap_due && g.poller_running)
         cfd_wake_poller();

@@ -139,6 +139,19 @@ void cfd_detach_all(cudafd_notifier *n)
         cfd_wait_drop(n->attached);
 }
 
+bool cfd_drop_detached_locked(void)
+{
+    bool any = false;
+    for (size_t b = 0; b < LANE_BUCKETS; b++)
+        for (cfd_lane *l = lane_table[b]; l; l = l->hnext)
+            for (cfd_wait *w = l->head; w; w = w->next)
+                if (!w->n && !w->dropped)
+                    w->dropped = any = true;
+    if (any)
+        g.reap_due = true;
+    return any;
+}
+
 /* Report a wait's result to its notifier, if it still has one. */
 static void deliver(cfd_wait *w, int64_t status)
 {
@@ -180,8 +193,10 @@ static bool is_sticky(int64_t status)
  * reports the sticky error (bench/fault_bystanders.py on an H200), so a wait
  * not yet reported done when the fault was seen raises it. The first sticky
  * error seen in a context is delivered at once to every attached wait of the
- * context (a hostfunc wait whose host function never runs included); the
- * waits stay in their lanes, detached, until the poller lets them go.
+ * context; the waits stay in their lanes, detached, until the poller lets
+ * them go (at its next ask of their lane, or at a reap: cudafd_release_idle).
+ * The context's hostfunc waits end at once (hostfunc.c): whether or not
+ * their host functions still run, nothing asks about their events again.
  */
 static void fault_sweep(cfd_ctx *cx, int64_t status)
 {
@@ -193,9 +208,7 @@ static void fault_sweep(cfd_ctx *cx, int64_t status)
             if (l->ctx == cx->ctx)
                 for (cfd_wait *w = l->head; w; w = w->next)
                     deliver(w, status);
-    for (cfd_wait *w = g.hf_pending; w; w = w->next)
-        if (w->cx == cx)
-            deliver(w, status);
+    cfd_hostfunc_fault_locked(cx, status);
 }
 
 void cfd_note_fault(cfd_ctx *cx, int64_t status)

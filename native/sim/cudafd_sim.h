@@ -107,8 +107,9 @@ void cudafdsim_delay_next_query(uint64_t ns);
 
 /* Live counts, for leak checks: 0 contexts (created, not destroyed; primary
  * contexts count while retained), 1 streams, 2 events, 3 queued operations,
- * 4 host functions run, 5 kernels run, 6 calls given an event that died with
- * its context (a real driver crashes on one). Returns how many were filled. */
+ * 4 host functions run, 5 kernels run, 6 calls given a dead event: destroyed,
+ * or gone with its context (a real driver crashes on one, or answers about
+ * the event that took its handle). Returns how many were filled. */
 #define CUDAFDSIM_STAT_COUNT 7
 int cudafdsim_stats(int64_t *out, int n);
 

@@ -143,7 +143,7 @@ static void ctx_destroy_locked(struct sim_ctx *c)
     while (c->streams)
         sim_stream_kill_locked(c->streams);
     while (c->events)
-        sim_event_kill_locked(c->events, true);
+        sim_event_kill_locked(c->events);
     if (c->waiters)
         pthread_cond_broadcast(&c->cv);
     sim_sched_kick_locked(); /* waits elsewhere on its dropped records are released */

@@ -24,7 +24,7 @@
 struct sim_event *sim_event_lookup_locked(CUevent h)
 {
     struct sim_event *e = sim_handle_get((uint64_t)(uintptr_t)h, SIM_T_EVENT);
-    if (!e && sim_handle_dead((uint64_t)(uintptr_t)h, SIM_T_EVENT))
+    if (!e && sim_handle_was((uint64_t)(uintptr_t)h, SIM_T_EVENT)) /* destroyed, or gone with its context */
         sim.n_dead_calls++;
     return e;
 }
@@ -40,13 +40,10 @@ void sim_event_unref_locked(struct sim_event *e)
     free(e);
 }
 
-void sim_event_kill_locked(struct sim_event *e, bool with_ctx)
+void sim_event_kill_locked(struct sim_event *e)
 {
     struct sim_ctx *c = e->ctx;
-    if (with_ctx)
-        sim_handle_free_dead(e->handle);
-    else
-        sim_handle_free(e->handle);
+    sim_handle_free(e->handle);
     sim.n_events--;
     e->destroyed = true;
     if (e->waiters)
@@ -117,7 +114,7 @@ SIM_API CUresult cuEventDestroy(CUevent event)
     pthread_mutex_lock(&sim.lock);
     struct sim_event *e = sim_event_lookup_locked(event);
     if (e)
-        sim_event_kill_locked(e, false);
+        sim_event_kill_locked(e);
     pthread_mutex_unlock(&sim.lock);
     return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }

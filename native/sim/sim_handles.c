@@ -12,9 +12,11 @@
  * context has one handle for the process's life: retained again after its
  * last release destroyed it, the new one has the old one's handle, as on an
  * H100 (bench/ctx_reuse.py); the slot is parked meanwhile. A handle of an
- * object that died with its context (an event) stays known as such, so that
- * a later call given it is counted: on that H100 cuEventRecord, cuEventQuery
- * and cuEventDestroy of one each crashed the process (SIGSEGV). Made-up
+ * event that is gone (destroyed, or with its context) stays known as such
+ * (its generation is behind its slot's), so that a later call given it is
+ * counted: on that H100 cuEventRecord, cuEventQuery and cuEventDestroy of an
+ * event of a destroyed context each crashed the process (SIGSEGV), and a
+ * real driver may give a destroyed event's handle to a new one. Made-up
  * values fail the type, bounds or generation check. Generations start at 1, so no handle is 0,
  * CU_STREAM_LEGACY (1) or CU_STREAM_PER_THREAD (2). Called with sim.lock held.
  */
@@ -30,7 +32,6 @@ struct slot {
     uint32_t gen;
     uint8_t type;       /* 0 while free */
     uint32_t next_free;
-    uint32_t dead_gen;  /* the generation of the latest object here that died with its context */
 };
 
 static struct slot *slots;
@@ -61,7 +62,6 @@ uint64_t sim_handle_new(enum sim_type type, void *obj)
         }
         idx = nslots++;
         slots[idx].gen = 1;
-        slots[idx].dead_gen = 0;
     }
     slots[idx].obj = obj;
     slots[idx].type = (uint8_t)type;
@@ -99,21 +99,6 @@ void sim_handle_free(uint64_t handle)
         s->gen = 1;
     s->next_free = free_head[type];
     free_head[type] = idx;
-}
-
-void sim_handle_free_dead(uint64_t handle)
-{
-    struct slot *s = find(handle, (enum sim_type)(handle & 7));
-    if (s && s->gen == (uint32_t)(handle >> 32))
-        s->dead_gen = s->gen;
-    sim_handle_free(handle);
-}
-
-bool sim_handle_dead(uint64_t handle, enum sim_type type)
-{
-    struct slot *s = find(handle, type);
-    uint32_t gen = (uint32_t)(handle >> 32);
-    return s && gen != 0 && s->dead_gen == gen && !(s->type == type && s->gen == gen);
 }
 
 bool sim_handle_was(uint64_t handle, enum sim_type type)

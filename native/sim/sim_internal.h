@@ -205,7 +205,7 @@ struct sim_global {
     uint64_t ctx_ids;    /* the last context id given out */
     /* statistics */
     int64_t n_ctx, n_streams, n_events, n_queued, n_hostfns, n_kernels;
-    int64_t n_dead_calls; /* calls given an event that died with its context (sim_event_lookup_locked) */
+    int64_t n_dead_calls; /* calls given a dead event: destroyed, or gone with its context (sim_event_lookup_locked) */
 };
 
 extern struct sim_global sim;
@@ -229,8 +229,6 @@ uint64_t sim_now_ns(void); /* CLOCK_MONOTONIC */
 uint64_t sim_handle_new(enum sim_type type, void *obj); /* 0 when out of memory */
 void *sim_handle_get(uint64_t handle, enum sim_type type);
 void sim_handle_free(uint64_t handle);
-void sim_handle_free_dead(uint64_t handle); /* freed because its context was destroyed */
-bool sim_handle_dead(uint64_t handle, enum sim_type type); /* freed so (the slot's latest such) */
 bool sim_handle_was(uint64_t handle, enum sim_type type); /* a released handle of that type */
 void sim_handle_park(uint64_t handle); /* keep a handle while its object is gone (a primary context) */
 void sim_handle_revive(uint64_t handle, void *obj); /* a parked handle's new object */
@@ -259,7 +257,7 @@ bool sim_stream_pop_locked(struct sim_stream *s, uint64_t ready_ns); /* false: s
 CUresult sim_launch_locked(struct sim_stream *s, uint64_t ns, CUresult fault);
 
 /* ---- sim_event.c ---- */
-void sim_event_kill_locked(struct sim_event *e, bool with_ctx);
+void sim_event_kill_locked(struct sim_event *e);
 struct sim_event *sim_event_lookup_locked(CUevent h); /* NULL: not a live event */
 void sim_event_unref_locked(struct sim_event *e);
 void sim_record_complete_locked(struct sim_op *rec);

@@ -52,11 +52,11 @@ void (*sim_delay_next_host_launch)(uint64_t);
 static CUresult (*sim_event_create)(CUevent *, unsigned);
 static CUresult (*sim_event_record)(CUevent, CUstream);
 static CUresult (*sim_event_destroy)(CUevent);
-static int (*sim_stats)(int64_t *, int);
+int (*sim_stats)(int64_t *, int);
 static CUresult (*sim_primary_retain)(CUcontext *, CUdevice);
 static CUresult (*sim_primary_release)(CUdevice);
 static CUresult (*sim_primary_state)(CUdevice, unsigned int *, int *);
-static void (*sim_delay_next_query)(uint64_t);
+void (*sim_delay_next_query)(uint64_t);
 static CUresult (*sim_ctx_sync)(void);
 
 static void load_sim(void)
@@ -1197,6 +1197,7 @@ int main(void)
     test_dropped_waits_leave(CUDAFD_MECH_EVENT);
     test_dropped_waits_leave(CUDAFD_MECH_SPIN);
     test_release_idle_waits_for_the_watchdog();
+    test_release();
     /* the poller at its most eager (every wait asked about every microsecond)
      * and at a lazy budget (faults still surface, nothing stalls) */
     const int64_t budgets[] = {CUDAFD_MAX_LATENESS_MIN_NS, 20 * 1000 * 1000};

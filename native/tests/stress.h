@@ -19,6 +19,8 @@ extern CUresult (*sim_launch)(CUstream, uint64_t, CUresult);
 extern CUresult (*sim_stream_destroy)(CUstream);
 extern void (*sim_fail_next_signal)(CUresult);
 extern void (*sim_delay_next_host_launch)(uint64_t);
+extern void (*sim_delay_next_query)(uint64_t);
+extern int (*sim_stats)(int64_t *, int);
 
 CUstream new_stream(CUcontext ctx); /* a non-blocking stream of ctx */
 /* stress_syncfd.c: the syncfd mechanism's own checks; whether the fakes are
@@ -29,6 +31,8 @@ void test_syncfd(CUcontext ctx, CUresult (*push)(CUcontext), CUresult (*pop)(CUc
                  CUresult (*ev_destroy)(CUevent));
 /* stress_ask.c: cudafd_ask_token and a spin notifier left to its callers' asks. */
 void test_ask(CUcontext ctx);
+/* stress_release.c: waits whose results went early leave with cudafd_release_idle. */
+void test_release(void);
 
 
 #endif

@@ -278,5 +278,6 @@ class Event:
 
 def stats() -> dict[str, int]:
     """The simulator's live counts: contexts, streams, events, queued (operations), hostfuncs_run, kernels_run,
-    and dead_handle_calls: calls given an event that died with its context (a real driver crashes on one)."""
+    and dead_handle_calls: calls given a dead event, destroyed or gone with its context (a real driver crashes
+    on one, or answers about the event that took its handle)."""
     return driver().sim.stats()  # type: ignore[union-attr]
