@@ -2,6 +2,7 @@
 adapter for another loop would drive it."""
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -32,6 +33,86 @@ def test_a_claim_holds_while_its_owner_is_busy(mechanism):
         first.waits = 0  # the release: no wait in progress any more
         n.adapter_claim(second)
         assert n.statistics()["loop_busy"] == 0
+
+
+def test_a_watch_after_another_threads_claim_is_refused(dev, mechanism):
+    """An owner is busy only once its wait is under way, after its claim: a loop on another
+    thread may claim in between. The first loop's watch is then refused, so the two never
+    hold tokens of one Notifier at once (each one's drains would take the other's)."""
+    s = dev.stream()
+    with cudafd.Notifier(mechanism) as n:
+        first, second = Owner(), Owner()
+        n.adapter_claim(first)  # this thread's loop, its wait not under way yet
+        claimed, refused, tokens = threading.Event(), threading.Event(), []
+
+        def other_loop() -> None:
+            n.adapter_claim(second)
+            second.waits = 1
+            claimed.set()
+            refused.wait(10)
+            tokens.append(n.adapter_watch(resolve(s)))  # the claim's thread watches
+
+        thread = threading.Thread(target=other_loop)
+        thread.start()
+        assert claimed.wait(10)
+        first.waits = 1
+        try:
+            with pytest.raises(cudafd.CudafdError, match="another event loop"):
+                n.adapter_watch(resolve(s))
+            assert n.pending == 0
+        finally:
+            refused.set()
+            thread.join()
+        assert len(tokens) == 1 and n.pending == 1
+        n.cancel(tokens[0])
+
+
+def test_two_loops_racing_for_one_notifier_never_hang(dev):
+    """Two asyncio loops on two threads start a wait on one Notifier together, the fast
+    path's query made slow (50 ms) so that each claims while the other's wait is not yet
+    under way. Each wait ends or is refused (CudafdError); none is left unresumed, its
+    completion drained by the other loop."""
+    import asyncio
+
+    n = cudafd.Notifier()
+    real_done_now = n.adapter_done_now
+
+    def slow_done_now(t):
+        over = real_done_now(t)
+        time.sleep(0.05)
+        return over
+
+    n.adapter_done_now = slow_done_now
+    try:
+        for _ in range(6):
+            barrier = threading.Barrier(2)
+            outcome: dict[str, str] = {}
+
+            def run(name: str, length: float) -> None:
+                s = dev.stream()
+
+                async def one_wait() -> str:
+                    s.launch(length)
+                    barrier.wait()
+                    try:
+                        await asyncio.wait_for(n.wait(s), 20)
+                    except cudafd.CudafdError:
+                        return "refused"
+                    except asyncio.TimeoutError:
+                        return "hung"
+                    return "ended"
+
+                outcome[name] = asyncio.run(one_wait())
+
+            threads = [threading.Thread(target=run, args=a) for a in (("a", 0.1), ("b", 0.15))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert "hung" not in outcome.values(), outcome
+            assert "ended" in outcome.values(), outcome  # the claim's loop goes on
+    finally:
+        n.close()
 
 
 def _adapter_result(n, token):

@@ -76,6 +76,34 @@ def test_module_prepare_uses_the_running_loops_default_notifier(dev, loop_flavor
     run(loop_flavor, "event", body, prepare=False)
 
 
+def test_module_prepare_in_trio_guest_mode(dev):
+    """trio run as a guest of an asyncio loop: its tasks see the host's asyncio loop
+    running, yet cudafd.prepare() and cudafd.wait() serve trio's default Notifier."""
+    import asyncio
+
+    trio = pytest.importorskip("trio")
+    s = dev.stream()
+
+    async def guest() -> int:
+        before = cudafd.stats()["streams"]
+        cudafd.prepare(s)
+        made = cudafd.stats()["streams"]
+        s.launch(0.005)
+        await cudafd.wait(s)  # the Notifier it prepared is the one cudafd.wait() uses
+        assert cudafd.stats()["streams"] == made
+        return made - before
+
+    async def host() -> int:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future = loop.create_future()
+        trio.lowlevel.start_guest_run(
+            guest, run_sync_soon_threadsafe=loop.call_soon_threadsafe, done_callback=done.set_result
+        )
+        return (await done).unwrap()
+
+    assert asyncio.run(host()) >= 32, "cudafd.prepare() made too few streams"
+
+
 def test_module_prepare_needs_a_running_loop(dev):
     with pytest.raises(cudafd.CudafdError):
         cudafd.prepare(dev.stream())

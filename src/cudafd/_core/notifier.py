@@ -35,7 +35,9 @@ uses. The methods are the ``adapter_*`` ones plus ``cancel()``, ``poll()``,
   per-loop object, with a ``busy()`` method) the one loop or trio run that
   waits on this Notifier. The claim lapses by itself once ``owner.busy()`` is
   false or the owner is collected (it is held weakly): that is the release.
-  A claim while another owner is busy raises CudafdError.
+  A claim while another owner is busy raises CudafdError, and so does an
+  ``adapter_watch()`` on a thread other than the latest claim's (a loop on
+  another thread claimed while this one's wait had not yet begun).
 * ask: where ``adapter_asks`` (the spin mechanism) the adapter's tasks ask
   about their own waits instead of parking: ``adapter_ask(token)`` asks the
   driver on the calling thread (one query) and says whether the wait is
@@ -100,6 +102,11 @@ __all__ = ["Notifier", "MECHANISMS", "default_mechanism"]
 
 MECHANISMS = ("event", "hostfunc", "spin", "poll", "syncfd")
 _DONE_TOKEN_BASE = 1 << 63  # tokens of waits complete on arrival (native tokens stay below: waits.c)
+_TWO_LOOPS = (
+    "this Notifier is already waited on by another event loop or trio run; use one "
+    "Notifier per loop (cudafd.wait() without notifier= does that)"
+)
+_get_ident = threading.get_ident
 _LATER_RELEASE, _LATER_CLOSE = -1, -2  # Notifier._later's entries beside tokens (never negative)
 _CLOSED_MESSAGE = "the Notifier was closed while this wait was pending (the GPU work is not cancelled)"
 
@@ -231,6 +238,7 @@ class Notifier:
         self._kept: list[tuple[int, BaseException | None]] = []  # drained by one side, for drain()
         self._kept_adapter: list[tuple[int, BaseException | None]] = []  # ... for adapter_drain()
         self._owner: Callable[[], object | None] | None = None  # the loop adapter's claim (a weakref)
+        self._owner_thread = 0  # the thread that made it (0: none yet): only it may adapter_watch()
         self._asked: dict[int, BaseException | None] = {}  # adapter_ask's: reported through the queue
         self._signalled = False  # we wrote the fd for them: the next drain must clear it
         self._next_done = _DONE_TOKEN_BASE
@@ -302,17 +310,23 @@ class Notifier:
         ``busy()`` method; held weakly) the one that waits on this Notifier. The claim
         lapses once ``owner.busy()`` is false or it is collected. Raises CudafdError while
         another owner still has waits (its ``busy()`` is true): its drains would take the
-        new one's completions."""
+        new one's completions.
+
+        An owner is busy only once its wait is under way, after its claim; so a loop on
+        another thread may claim in between, and the first loop's adapter_watch() then
+        raises that error (the claim's thread is the one whose watches go on): two
+        loops never hold tokens of one Notifier at once, whose drains would take each
+        other's."""
         ref = self._owner
-        current = ref() if ref is not None else None
-        if current is owner:
+        if ref is not None and ref() is owner and self._owner_thread == _get_ident():
             return
-        if current is not None and current.busy():
-            raise CudafdError(
-                "this Notifier is already waited on by another event loop or trio run; use one "
-                "Notifier per loop (cudafd.wait() without notifier= does that)"
-            )
-        self._owner = weakref.ref(owner)
+        with self._lock:
+            ref = self._owner
+            current = ref() if ref is not None else None
+            if current is not None and current is not owner and current.busy():
+                raise CudafdError(_TWO_LOOPS)
+            self._owner = weakref.ref(owner)
+            self._owner_thread = _get_ident()
 
     def adapter_ask(self, token: int) -> tuple[bool, BaseException | None]:
         """Loop-adapter protocol, where ``adapter_asks``: is the wait of this adapter_watch()
@@ -358,6 +372,9 @@ class Notifier:
                 self._catch_up()
             if self._closed:
                 raise ClosedError("watch() on a closed Notifier")
+            owner_thread = self._owner_thread
+            if adapter and owner_thread and owner_thread != _get_ident():  # another thread's loop claimed since
+                raise CudafdError(_TWO_LOOPS)
             kind = t.kind
             backend = self._backend
             if kind == "stream" or kind == "event":

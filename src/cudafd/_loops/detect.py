@@ -160,15 +160,13 @@ def prepare(stream: object) -> None:
     loop, TypeError for something that is not a stream.
     """
     loop = _plain_asyncio_loop()
-    if loop is None and not _in_trio():
-        library = current_async_library()
-        if library != "asyncio":
-            raise _unsupported(library, "cudafd.prepare()")
-        loop = get_running_loop()
-    if loop is not None:
-        _aio.default_notifier(loop, create=True).prepare(stream)  # type: ignore[union-attr]
-    else:
+    library = "asyncio" if loop is not None else "trio" if _in_trio() else current_async_library()
+    if library == "trio":  # (trio in guest mode too: its tasks see the host's asyncio loop)
         _trio_adapter().default_notifier(create=True).prepare(stream)
+    elif library == "asyncio":
+        _aio.default_notifier(loop or get_running_loop(), create=True).prepare(stream)  # type: ignore[union-attr]
+    else:
+        raise _unsupported(library, "cudafd.prepare()")
 
 
 async def _wait_detected(target: object, notifier: Notifier | None) -> None:

@@ -311,7 +311,11 @@ class Dispatcher(_Waiters):
         if t.kind == "stream":
             # One stream's waits share a lane, whatever names the stream; by the
             # stream's id, not its handle (a new stream may get a destroyed one's).
-            key: object = self._notifier.adapter_stream_key(t)
+            try:
+                key: object = self._notifier.adapter_stream_key(t)
+            except BaseException:  # (a context that cannot be made current): the token goes
+                self._cancel(token)
+                raise
         else:
             try:
                 hash(target)
