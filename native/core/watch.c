@@ -105,9 +105,13 @@ static cfd_ctx *ctx_record(CUcontext ctx, CUevent *pooled)
     return cx;
 }
 
-static void ctx_unhold(cfd_ctx *cx)
+/* Let go of the record ctx_record held; rc is the watch's result: a sticky
+ * driver error goes to every other wait of the context. */
+static void ctx_unhold(cfd_ctx *cx, int rc)
 {
     pthread_mutex_lock(&g.mu);
+    if (rc == CUDAFD_E_CUDA)
+        cfd_note_fault(cx, cudafd_last_cuda_error());
     cfd_ctx_release(cx);
     if (g.nopen == 0)
         cfd_quiesce_locked();
@@ -203,12 +207,7 @@ static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, i
         cfd_syncfd_signal_end(&sp);
     }
     cfd_leave_ctx(pushed);
-    if (rc == CUDAFD_E_CUDA) {
-        pthread_mutex_lock(&g.mu);
-        cfd_note_fault(cx, cudafd_last_cuda_error());
-        pthread_mutex_unlock(&g.mu);
-    }
-    ctx_unhold(cx);
+    ctx_unhold(cx, rc);
     return rc;
 }
 
@@ -231,7 +230,7 @@ CFD_API int cudafd_prepare(cudafd_notifier *n, uintptr_t stream)
     cfd_leave_ctx(pushed);
     if (!cx)
         return CUDAFD_E_NOMEM;
-    ctx_unhold(cx);
+    ctx_unhold(cx, CUDAFD_OK);
     return CUDAFD_OK;
 }
 
@@ -325,7 +324,7 @@ static int watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token, int
         }
         cfd_syncfd_signal_end(&sp);
     }
-    ctx_unhold(cx);
+    ctx_unhold(cx, rc);
     return rc;
 }
 

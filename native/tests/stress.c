@@ -293,6 +293,44 @@ static void test_fault_after_idle(int mech)
     sim_ctx_destroy(ctx);
 }
 
+/* A watch that fails with a sticky error (its context faulted) hands it to
+ * the context's other waits at once, in the failing call, whether it
+ * watched a stream or an event: the pending wait's 1 s budget keeps the
+ * poller from asking about it for 250 ms. */
+static void test_failed_watch_tells_the_context(int mech, bool on_event)
+{
+    CUcontext ctx = NULL, ignored;
+    sim_ctx_create(0, &ctx);
+    cudafd_notifier *n = NULL, *other = NULL;
+    cudafd_notifier_create(CUDAFD_MECH_EVENT, &n);
+    cudafd_notifier_create(mech, &other);
+    cudafd_notifier_set_max_lateness(n, 1000 * 1000 * 1000);
+    CUstream s = new_stream(ctx), f = new_stream(ctx);
+    sim_launch(s, 3000ull * 1000 * 1000, 0);
+    uint64_t t = 0, t2 = 0;
+    CHECK(cudafd_watch_stream(n, (uintptr_t)s, &t) == CUDAFD_OK, "watch the long work");
+    sim_push(ctx);
+    CUevent ev = NULL;
+    sim_event_create(&ev, 0);
+    sim_launch(f, 1000 * 1000, CUDA_ERROR_ILLEGAL_ADDRESS);
+    sim_event_record(ev, f);
+    usleep(20 * 1000); /* faulted */
+    int rc = on_event ? cudafd_watch_event(other, (uintptr_t)ev, &t2) : cudafd_watch_stream(other, (uintptr_t)f, &t2);
+    sim_pop(&ignored);
+    CHECK(rc == CUDAFD_E_CUDA && cudafd_last_cuda_error() == CUDA_ERROR_ILLEGAL_ADDRESS,
+          "mech %d, on an event %d: the watch in the faulted context fails (rc %d)", mech, on_event, rc);
+    cudafd_completion c[1];
+    CHECK(cudafd_drain(n, c, 1) == 1 && c[0].token == t && c[0].status == CUDA_ERROR_ILLEGAL_ADDRESS,
+          "mech %d, on an event %d: the other wait has the fault when the failed watch returns", mech, on_event);
+    cudafd_notifier_destroy(other);
+    cudafd_notifier_destroy(n);
+    cudafd_release_idle();
+    sim_event_destroy(ev);
+    sim_stream_destroy(s);
+    sim_stream_destroy(f);
+    sim_ctx_destroy(ctx);
+}
+
 static void test_fault(int mech)
 {
     CUcontext bad = NULL, good = NULL;
@@ -1191,6 +1229,8 @@ int main(void)
     test_budgets_on_one_stream(a);
     test_nearby_lanes_share_a_round(a);
     test_primary_released_after_a_failed_first_stream();
+    for (int i = 0; i < 4; i++)
+        test_failed_watch_tells_the_context(i < 2 ? CUDAFD_MECH_EVENT : CUDAFD_MECH_HOSTFUNC, i % 2);
     for (int mech = CUDAFD_MECH_EVENT; mech <= CUDAFD_MECH_SPIN; mech++)
         test_primary_released_under_a_notifier(mech);
     test_release_idle_waits_for_the_poller();
