@@ -243,10 +243,12 @@ void cudafd_notifier_destroy(cudafd_notifier *n);
  * This call first waits for the event poller to let go of the waits of
  * closed notifiers, of cancelled ones and of those whose result went
  * already (to cudafd_ask_token, or early with a fault of their context),
- * though it may be asking about one at that moment, and for the hostfunc watchdog to take the waits whose host
- * function ran, so that none is asked about after it returns (hostfunc waits
- * whose host function has not run yet are still asked about by the watchdog
- * until it runs: synchronize their work first). It then destroys the idle
+ * though it may be asking about one at that moment; it ends the hostfunc
+ * waits of a faulted context, and waits for the hostfunc watchdog to take
+ * those whose host function ran. So none is asked about after it returns
+ * (hostfunc waits whose host function has not run yet, in a context without
+ * a fault, are still asked about by the watchdog until it runs: synchronize
+ * their work first). It then destroys the idle
  * events and side streams, the records and the primary-context references
  * of every context with no wait in flight; with no notifier open, the idle
  * events of the others too. So to

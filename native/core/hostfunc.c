@@ -15,9 +15,8 @@
  *    So a host function's run proves nothing: the trampoline only marks its
  *    wait fired and wakes the watchdog, which queries the wait's event and
  *    reports success only when the driver does (the sticky error otherwise).
- *  - A host function may also never run after a fault. A sticky error seen
- *    in the context ends its hostfunc waits at once (cfd_hostfunc_fault_locked),
- *    and the watchdog queries, once a period (CUDAFD_OPT_WATCHDOG_NS), the event
+ *  - A host function may also never run after a fault. The watchdog
+ *    therefore queries, once a period (CUDAFD_OPT_WATCHDOG_NS), the event
  *    of the oldest point pending longer than that on each side stream, and
  *    completes it with the driver's error when the query reports one (a
  *    fault is the whole context's: every later query reports it too): a
@@ -136,19 +135,19 @@ static void hf_leave(cfd_wait *w)
     }
 }
 
-/* A sticky fault in cx (cfd_note_fault): its hostfunc waits end with it now,
- * launched or not, fired or not. No query of their events could tell more,
- * and a host function that still runs finds its token gone (trampoline), so
- * none is asked about after this: cudafd_release_idle need not wait for them
- * before the caller destroys the context. g.mu held. */
-void cfd_hostfunc_fault_locked(cfd_ctx *cx, int64_t status)
+/* End every hostfunc wait of a faulted context (cudafd_release_idle): the
+ * fault sweep delivered its result already, launched or not, fired or not.
+ * No query of its event could tell more, and a host function that still
+ * runs finds its token gone (trampoline), so none is asked about after
+ * this, and the caller may destroy the context. g.mu held. */
+void cfd_hostfunc_end_faulted_locked(void)
 {
     cfd_wait *next;
     for (cfd_wait *w = g.hf_pending; w; w = next) {
         next = w->next;
-        if (w->cx == cx) {
+        if (w->cx->fault) {
             hf_leave(w);
-            cfd_wait_complete(w, status, false);
+            cfd_wait_complete(w, w->cx->fault, false);
         }
     }
 }
@@ -310,6 +309,7 @@ static void launch_deferred(CUcontext *current)
             r = cu.cuLaunchHostFunc(side, trampoline, (void *)(uintptr_t)tok);
         pthread_mutex_lock(&g.mu);
         g.hf_launching = false;
+        pthread_cond_broadcast(&g.poller_gone_cv); /* cudafd_release_idle waits for the launch */
         if (r != CUDA_SUCCESS && (w = cfd_wait_lookup(tok)) != NULL) {
             hf_leave(w);
             cfd_wait_complete(w, r, false); /* a faulted or destroyed context: the wait reports it */
@@ -397,6 +397,7 @@ static void *watchdog_main(void *arg)
         if (k == 0)
             continue;
         cfd_probe_begin();
+        g.hf_querying = true;
         pthread_mutex_unlock(&g.mu);
         for (int i = 0; i < k; i++) {
             if (batch[i].ctx != current && cu.cuCtxSetCurrent(batch[i].ctx) == CUDA_SUCCESS)
@@ -404,6 +405,7 @@ static void *watchdog_main(void *arg)
             batch[i].r = cu.cuEventQuery(batch[i].ev);
         }
         pthread_mutex_lock(&g.mu);
+        g.hf_querying = false;
         cfd_probe_end();
         bool unconfirmed = false; /* a host function ran before its event read as done */
         int nheld = 0;
@@ -431,7 +433,7 @@ static void *watchdog_main(void *arg)
                 held[nheld++] = batch[i].key;
             }
         }
-        pthread_cond_broadcast(&g.poller_gone_cv); /* cudafd_release_idle waits for the waits that fired */
+        pthread_cond_broadcast(&g.poller_gone_cv); /* cudafd_release_idle waits for the round and the waits that fired */
         if (unconfirmed) /* asked again in a moment, not in a busy loop */
             cfd_cond_wait_ns(&g.watchdog_cv, 1000000);
     }

@@ -232,8 +232,8 @@ int64_t cfd_poll_interval(int64_t age, int64_t budget);
 /* A wait on user_event if it is not NULL, else on user_stream (NULL: the legacy default stream). */
 int cfd_hostfunc_watch(struct cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, uintptr_t stream_key,
                        CUevent user_event, uint64_t *token);
-/* A sticky fault in cx: end its hostfunc waits now (hostfunc.c). g.mu held. */
-void cfd_hostfunc_fault_locked(cfd_ctx *cx, int64_t status);
+/* End the hostfunc waits of faulted contexts, asked about no more (hostfunc.c). g.mu held. */
+void cfd_hostfunc_end_faulted_locked(void);
 /* Host notifications: work the GPU must tell the host about when it gets
  * there (a host function, a record of a blocking-sync event). The driver
  * keeps only a few in flight per context: past them (31-40 host functions
@@ -268,6 +268,7 @@ struct cfd_global {
     int hf_fired;         /* waits in it whose host function ran, to be confirmed by the watchdog */
     cfd_wait *hf_defer_head, *hf_defer_tail; /* waits whose host function the watchdog is to launch, in order */
     bool hf_launching;    /* the watchdog is launching one put off (g.mu released meanwhile) */
+    bool hf_querying;     /* the watchdog is querying its round's events (g.mu released meanwhile) */
     CUevent *graveyard;   /* events to destroy outside the callback thread */
     int ngrave, capgrave;
     /* life */

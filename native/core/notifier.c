@@ -192,6 +192,9 @@ CFD_API int cudafd_release_idle(void)
      * whose result went already (to an ask, or by a fault sweep): wait for it. */
     if (g.nopen > 0)
         cfd_drop_detached_locked();
+    cfd_hostfunc_end_faulted_locked(); /* (their results went with the fault sweep) */
+    while (g.hf_querying || g.hf_launching) /* the watchdog may be asking about one, or launching it */
+        pthread_cond_wait(&g.poller_gone_cv, &g.mu);
     uint64_t reaps = g.reaps;
     if (g.nopen > 0 && g.reap_due && g.poller_running)
         cfd_wake_poller();

@@ -193,10 +193,9 @@ static bool is_sticky(int64_t status)
  * reports the sticky error (bench/fault_bystanders.py on an H200), so a wait
  * not yet reported done when the fault was seen raises it. The first sticky
  * error seen in a context is delivered at once to every attached wait of the
- * context; the waits stay in their lanes, detached, until the poller lets
- * them go (at its next ask of their lane, or at a reap: cudafd_release_idle).
- * The context's hostfunc waits end at once (hostfunc.c): whether or not
- * their host functions still run, nothing asks about their events again.
+ * context (a hostfunc wait whose host function never runs included); the
+ * waits stay in their lanes, or in the hostfunc list, detached, until the
+ * poller or the watchdog lets them go, or cudafd_release_idle does.
  */
 static void fault_sweep(cfd_ctx *cx, int64_t status)
 {
@@ -208,7 +207,9 @@ static void fault_sweep(cfd_ctx *cx, int64_t status)
             if (l->ctx == cx->ctx)
                 for (cfd_wait *w = l->head; w; w = w->next)
                     deliver(w, status);
-    cfd_hostfunc_fault_locked(cx, status);
+    for (cfd_wait *w = g.hf_pending; w; w = w->next)
+        if (w->cx == cx)
+            deliver(w, status);
 }
 
 void cfd_note_fault(cfd_ctx *cx, int64_t status)

@@ -69,10 +69,12 @@ static void test_taken_wait_leaves(int mech, int asking)
 
 /* Another stream's fault reaches a wait on 3 s of work through the sweep;
  * its event notifier's budget (1 s) keeps the poller from its lane for
- * 250 ms, a hostfunc wait's host function is still queued. */
+ * 250 ms, a hostfunc wait's host function is still queued (the watchdog's
+ * period made 1 s, so that only cudafd_release_idle ends it). */
 static void test_swept_wait_leaves(int mech)
 {
     int64_t dead = dead_calls();
+    CHECK(cudafd_set_option(CUDAFD_OPT_WATCHDOG_NS, 1000 * MS) == CUDAFD_OK, "watchdog period 1 s");
     cudafd_notifier *stays = NULL, *n = NULL, *slow = NULL;
     cudafd_notifier_create(CUDAFD_MECH_EVENT, &stays);
     cudafd_notifier_create(CUDAFD_MECH_EVENT, &n);
@@ -102,6 +104,7 @@ static void test_swept_wait_leaves(int mech)
     cudafd_notifier_destroy(slow);
     cudafd_notifier_destroy(stays);
     cudafd_release_idle();
+    CHECK(cudafd_set_option(CUDAFD_OPT_WATCHDOG_NS, 10 * MS) == CUDAFD_OK, "watchdog period back");
 }
 
 struct asker {
