@@ -189,8 +189,8 @@ void cfd_wait_drop(cfd_wait *w);
 /* The same for every wait left in a lane whose result nobody will take again
  * (taken by an ask, or delivered early by a fault sweep): the poller would
  * otherwise pop them only at its next ask of their lane, which may come after
- * the caller destroyed their context (cudafd_release_idle). True if any. g.mu held. */
-bool cfd_drop_detached_locked(void);
+ * the caller destroyed their context (cudafd_release_idle). g.mu held. */
+void cfd_drop_detached_locked(void);
 /* The lane of (ctx, stream, thread, mech), created empty if new; NULL when out of memory. g.mu held. */
 cfd_lane *cfd_lane_get(CUcontext ctx, uintptr_t stream, uint64_t thread, int mech);
 

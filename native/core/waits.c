@@ -139,17 +139,13 @@ void cfd_detach_all(cudafd_notifier *n)
         cfd_wait_drop(n->attached);
 }
 
-bool cfd_drop_detached_locked(void)
+void cfd_drop_detached_locked(void)
 {
-    bool any = false;
     for (size_t b = 0; b < LANE_BUCKETS; b++)
         for (cfd_lane *l = lane_table[b]; l; l = l->hnext)
             for (cfd_wait *w = l->head; w; w = w->next)
                 if (!w->n && !w->dropped)
-                    w->dropped = any = true;
-    if (any)
-        g.reap_due = true;
-    return any;
+                    w->dropped = g.reap_due = true;
 }
 
 /* Report a wait's result to its notifier, if it still has one. */
