@@ -2,7 +2,7 @@
 # On a machine with cargo: build what a GPU machine without cargo needs to run
 # the cudafd crate's tests and the Tokio example against its real driver.
 #   bash rust/device-build.sh [DEST]     (default: .carry/rust at the repository root)
-# DEST then holds the test binaries waits, cancel, fault, sim, the measurements
+# DEST then holds the test binaries waits, cancel, held, fault, sim, the measurements
 # await_latency and many_streams, and the example cudafd-tokio (release builds, no debug info;
 # the example by default also copied to .carry/cudafd-tokio, where
 # bench/device_run.sh looks for it). Run them there with

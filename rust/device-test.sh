@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine (no cargo needed): run the binaries rust/device-build.sh made.
 #   bash rust/device-test.sh [DIR]      (default: .carry/rust), from any folder
-# The tests of waits, cancellation and faults run on the real driver
+# The tests of waits, held waits, cancellation and faults run on the real driver
 # (CUDAFD_TEST_DRIVER=real, device 0), the fault test in a process of its own
 # (a fault ends the context); the simulator's tests on the simulator built
 # here. Then the Tokio example, and its fault demonstration last.
@@ -21,7 +21,7 @@ run() {
     echo "== rc=$rc: $*"
     [[ $rc == 0 ]] || status=1
 }
-for t in waits cancel fault; do
+for t in waits cancel held fault; do
     CUDAFD_TEST_DRIVER=real run "$bin/$t" --test-threads=1
 done
 CUDAFD_SIM_LIB=$lib/libcudafd_sim.so run "$bin/sim" --test-threads=1

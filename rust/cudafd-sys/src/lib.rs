@@ -1,6 +1,6 @@
-//! Raw bindings to libcudafd: the C API of `include/cudafd.h` (ABI version 3),
-//! declared by hand, and the simulator's extra calls as function-pointer
-//! types ([`sim`]).
+//! Raw bindings to libcudafd: every call of `include/cudafd.h` (ABI version
+//! 4, [`CUDAFD_ABI_VERSION`]), declared by hand, and the simulator's extra
+//! calls as function-pointer types ([`sim`]).
 //!
 //! libcudafd gives any event loop a file descriptor that becomes readable
 //! when a CUDA stream reaches a point. It loads the CUDA driver itself at run
@@ -25,11 +25,9 @@
 //! [`CUDAFD_E_CUDA`]. Stream and event handles are passed as `uintptr_t`
 //! ([`usize`]): a `CUstream` or `CUevent` pointer cast to an integer. All
 //! calls are thread-safe except [`cudafd_notifier_destroy`], which must be
-//! the last call on its notifier.
-//!
-//! The header's timed-wait calls (`cudafd_watch_stream_timed`,
-//! `cudafd_check`, `cudafd_set_clock`) and the answer board
-//! (`cudafd_board_*`) are not declared here.
+//! the last call on its notifier. In a child forked after the library loaded
+//! the driver, every call that would reach the driver returns
+//! [`CUDAFD_E_STATE`].
 #![allow(non_camel_case_types)]
 #![warn(missing_docs)]
 
@@ -55,13 +53,13 @@ pub const CUDAFD_E_NOMEM: c_int = -3;
 pub const CUDAFD_E_SYS: c_int = -4;
 /// The driver library could not be loaded or initialised.
 pub const CUDAFD_E_NODRIVER: c_int = -5;
-/// Call not allowed now (a driver path after the driver loaded).
+/// Call not allowed now (a driver path after the driver loaded; after `fork()`).
 pub const CUDAFD_E_STATE: c_int = -6;
 /// A driver call failed: see [`cudafd_last_cuda_error`].
 pub const CUDAFD_E_CUDA: c_int = -7;
 /// The mechanism is not available with this driver.
 pub const CUDAFD_E_UNSUPPORTED: c_int = -8;
-/// cancel: the token is unknown, already completed or cancelled.
+/// cancel, ask: the token is unknown, already reported or cancelled.
 pub const CUDAFD_E_UNKNOWN_TOKEN: c_int = -9;
 
 /// Pooled events; a shared poller thread asks at intervals bounded by max_lateness.
@@ -126,7 +124,7 @@ extern "C" {
     pub fn cudafd_driver_version(version: *mut c_int) -> c_int;
     /// The driver's name for a `CUresult`; never NULL.
     pub fn cudafd_cuda_error_name(code: c_int) -> *const c_char;
-    /// Set a `CUDAFD_OPT_*` tunable (process-wide; takes effect for new waits).
+    /// Set a `CUDAFD_OPT_*` tunable (process-wide).
     pub fn cudafd_set_option(option: c_int, value: i64) -> c_int;
     /// Read a `CUDAFD_OPT_*` tunable.
     pub fn cudafd_get_option(option: c_int, value: *mut i64) -> c_int;
@@ -143,7 +141,8 @@ extern "C" {
     pub fn cudafd_notifier_set_max_lateness(n: *mut cudafd_notifier, ns: i64) -> c_int;
     /// Ask on this thread whether the wait of `token` (event or spin) is over: 1 with
     /// `*status` set (reported here, never drained), 0 not yet, or a negative error
-    /// (`CUDAFD_E_UNKNOWN_TOKEN`: cancelled, or queued already: drain it).
+    /// (`CUDAFD_E_UNKNOWN_TOKEN`: cancelled, or queued already: drain it;
+    /// `CUDAFD_E_CLOSED` once closed; `CUDAFD_E_INVALID` for another mechanism).
     pub fn cudafd_ask_token(n: *mut cudafd_notifier, token: u64, status: *mut i64) -> c_int;
     /// A spin notifier whose callers call [`cudafd_ask_token`] while they wait (on: 1): its
     /// later waits are asked by the poller only as a backstop (every max(max_lateness, 10 ms)).
@@ -187,15 +186,23 @@ extern "C" {
     pub fn cudafd_drain(n: *mut cudafd_notifier, out: *mut cudafd_completion, max: c_int) -> c_int;
     /// Watches not yet drained or cancelled.
     pub fn cudafd_notifier_pending(n: *const cudafd_notifier) -> c_int;
-    /// Detach every pending wait, make the fd readable; idempotent, any thread.
+    /// Detach every pending wait, drop the queued completions and make the fd
+    /// readable; later watches and drains return [`CUDAFD_E_CLOSED`].
+    /// Idempotent, any thread.
     pub fn cudafd_notifier_close(n: *mut cudafd_notifier) -> c_int;
-    /// Close, then free the notifier and its fd. Must be the last call on `n`.
+    /// Close, then free the notifier and its fd. No other call on `n` may be in
+    /// progress or follow.
     pub fn cudafd_notifier_destroy(n: *mut cudafd_notifier);
 
-    /// With no notifier open: destroy the side streams kept for later
-    /// notifiers, with their contexts' records; returns how many streams it
-    /// destroyed (0 while a notifier is open). Call it before destroying a
-    /// context of your own, or to see every live count at zero.
+    /// First wait until no wait that went already (cancelled, of a closed
+    /// notifier, reported to [`cudafd_ask_token`] or early with a fault) is
+    /// asked about any more; then destroy the idle events and side streams,
+    /// the records and primary-context references of every context with no
+    /// wait in flight, notifiers open or not (with no notifier open, the idle
+    /// events of the others too). Returns how many streams it destroyed
+    /// ([`CUDAFD_E_STATE`] in a child forked after the driver loaded). Call it
+    /// before destroying a context of your own, once its waits ended, or to
+    /// see every live count at zero (`cudafd.h` has the details).
     pub fn cudafd_release_idle() -> c_int;
 
     // ---- accounting ----

@@ -34,6 +34,14 @@ impl CudaError {
         }
     }
 
+    /// Whether it is a fault: an error after which its context can do no
+    /// more work, every later call on it failing the same way (libcudafd's
+    /// sticky errors but `CUDA_ERROR_CONTEXT_IS_DESTROYED`, which a destroyed
+    /// context gives).
+    pub(crate) fn is_fault(self) -> bool {
+        matches!(self.0, 214 | 700 | 702 | 710 | 714..=719)
+    }
+
     /// The `CUresult` code, e.g. 700.
     pub fn code(self) -> i32 {
         self.0
@@ -58,7 +66,8 @@ impl std::error::Error for CudaError {}
 
 /// Why a cudafd call or a wait failed.
 ///
-/// A fault on the GPU is [`Error::Gpu`]; an error while setting a wait up is
+/// A fault on the GPU is [`Error::Gpu`], also where a watch finds its
+/// context faulted already; another error while setting a wait up is
 /// [`Error::Driver`] (a driver call cudafd made) or [`Error::Cudafd`]. Every
 /// variant names the call it came from where there is one ([`Error::call`]).
 /// `Clone`: a fault may reach several waiters.
@@ -66,7 +75,8 @@ impl std::error::Error for CudaError {}
 #[non_exhaustive]
 pub enum Error {
     /// The awaited GPU work failed: the CUresult the context ended in. CUDA
-    /// faults are sticky, so every wait of the faulted context gets one.
+    /// faults are sticky, so every wait of the faulted context gets one,
+    /// from its watch where that came after the fault.
     Gpu(CudaError),
     /// A driver call failed (while cudafd set up a wait, or a call of
     /// [`sim`](crate::sim) or [`spin`](crate::spin)).

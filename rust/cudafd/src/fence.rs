@@ -120,11 +120,14 @@ impl Fence {
             self.asks = Asks::No;
             return None;
         }
+        // Asked with the state locked, as a held fence asks about the asking
+        // one (settle): a wait taken by an ask is settled before any other
+        // ask finds it gone.
+        let mut st = self.inner.lock();
         match self.inner.ask(self.token) {
             Asked::Over(status) => {
                 // Taken from the core: it is never drained, so settle it here.
                 let mut wake = Vec::new();
-                let mut st = self.inner.lock();
                 st.waits.remove(&self.token);
                 let ended = st.end_asker(self.token, &mut wake);
                 let released = st.release(self.token, &mut wake);
@@ -138,8 +141,9 @@ impl Fence {
                 self.done.clone()
             }
             Asked::Elsewhere => {
-                // Queued (the poller found it first), or the notifier closed:
-                // the usual path settles it.
+                // Queued (the poller found it first), taken by a held
+                // fence's ask (its status is in the slot), or the notifier
+                // closed: the usual path settles it.
                 self.asks = Asks::No;
                 None
             }
@@ -184,7 +188,13 @@ impl Fence {
         }
         let inner = self.inner.clone();
         let mut wake = Vec::new();
-        let r = settle(self.token, &mut self.done, &mut inner.lock(), &mut wake);
+        let r = settle(
+            &inner,
+            self.token,
+            &mut self.done,
+            &mut inner.lock(),
+            &mut wake,
+        );
         if r.is_some() {
             inner.changed.notify_all();
         }
@@ -206,7 +216,7 @@ impl Fence {
         let mut st = inner.lock();
         let mut last_look = false;
         loop {
-            if let Some(r) = settle(self.token, &mut self.done, &mut st, &mut wake) {
+            if let Some(r) = settle(&inner, self.token, &mut self.done, &mut st, &mut wake) {
                 drop(st);
                 inner.changed.notify_all(); // another blocking wait may take the lead
                 wake_all(wake);
@@ -254,16 +264,23 @@ impl Fence {
 /// The fence's outcome if known: its drained status, or Closed. Gives up
 /// the lead when it is known.
 fn settle(
+    inner: &Inner,
     token: u64,
     done: &mut Option<Result<(), Error>>,
     st: &mut State,
     wake: &mut Vec<Waker>,
 ) -> Option<Result<(), Error>> {
     if done.is_none() {
-        let (status, held) = st
+        let (status, mut held) = st
             .waits
             .get(&token)
             .map_or((None, false), |s| (s.status, st.held(s)));
+        if held && status.is_some() && !st.closed {
+            // Its work is over, so the asking fence's, before it on the
+            // stream, is too: nothing else may tell (its task may never
+            // ask again, and an ask writes no fd).
+            held = !inner.settle_asker(st, wake);
+        }
         match status {
             // (after close nothing is held: the asking fence ends too)
             Some(status) if !held || st.closed => {
@@ -371,7 +388,7 @@ impl Future for Fence {
             let mut wake = Vec::new();
             {
                 let mut st = inner.lock();
-                if let Some(r) = settle(this.token, &mut this.done, &mut st, &mut wake) {
+                if let Some(r) = settle(&inner, this.token, &mut this.done, &mut st, &mut wake) {
                     drop(st);
                     wake_all(wake);
                     inner.changed.notify_all(); // a blocking waiter may take the lead

@@ -167,8 +167,10 @@ impl State {
         true
     }
 
-    /// Give up the lead if `token` has it: another waiting fence is woken to
-    /// take it (returned, to be woken after the lock is released).
+    /// Give up the lead if `token` has it: another fence that waits for the
+    /// fd is woken to take it (returned, to be woken after the lock is
+    /// released): one whose completion is not drained yet, or one held
+    /// behind the asking fence, whose completion may be queued.
     pub(crate) fn release(&mut self, token: u64, wake: &mut Vec<Waker>) -> bool {
         if self.leader != Some(token) {
             return false;
@@ -176,8 +178,8 @@ impl State {
         self.leader = None;
         if let Some(w) = self
             .waits
-            .iter_mut()
-            .filter(|(t, s)| **t != token && s.status.is_none())
+            .iter()
+            .filter(|(t, s)| **t != token && (s.status.is_none() || self.held(s)))
             .find_map(|(_, s)| s.waker.clone())
         {
             wake.push(w);
@@ -246,6 +248,27 @@ impl Inner {
         }
     }
 
+    /// Ask the driver about the asking fence's wait, with the state locked
+    /// (`st`) as every ask is. Over: its status goes to its slot, for its
+    /// fence to find, and the fences held behind it are let go (woken
+    /// through `wake`). True if so.
+    pub(crate) fn settle_asker(&self, st: &mut State, wake: &mut Vec<Waker>) -> bool {
+        let token = match st.asker {
+            Some((t, _)) => t,
+            None => return false,
+        };
+        match self.ask(token) {
+            Asked::Over(status) => {
+                if let Some(slot) = st.waits.get_mut(&token) {
+                    slot.status = Some(status);
+                    wake.extend(slot.waker.take());
+                }
+                st.end_asker(token, wake)
+            }
+            _ => false,
+        }
+    }
+
     /// Watch through `call` (which stores the token) and make the fence. A
     /// `spin` notifier's watch made for a fence that will be awaited and is
     /// its notifier's only one (`awaited`) is left to the fence's asks, the
@@ -262,9 +285,17 @@ impl Inner {
         what: &'static str,
         call: impl FnOnce(*mut sys::cudafd_notifier, &mut u64) -> c_int,
     ) -> Result<Fence, Error> {
+        let watch = |token: &mut u64| {
+            check(call(self.raw.as_ptr(), token), what).map_err(|e| match e {
+                // The context faulted before the watch: the wait ends as
+                // the context's pending waits did.
+                Error::Driver { error, .. } if error.is_fault() => Error::Gpu(error),
+                e => e,
+            })
+        };
         let mut token = 0;
         if self.mechanism != Mechanism::Spin {
-            check(call(self.raw.as_ptr(), &mut token), what)?;
+            watch(&mut token)?;
             return Ok(self.fence(token));
         }
         let mut st = self.lock();
@@ -283,7 +314,7 @@ impl Inner {
             check(rc, "cudafd_notifier_set_asking")?;
             st.asking = asked;
         }
-        check(call(self.raw.as_ptr(), &mut token), what)?;
+        watch(&mut token)?;
         let after = match (st.asker, key) {
             (Some((t, k)), Some(mine)) if k == mine => Some(t),
             _ => None,
@@ -493,8 +524,10 @@ impl Notifier {
     /// stream's handle do not wait for the destroyed stream's work.
     ///
     /// Errors: [`Error::Closed`] after [`close`](Notifier::close);
-    /// [`Error::Driver`] when a driver call of the watch failed (a bad
-    /// handle, a context that faulted before the call).
+    /// [`Error::Gpu`] with the fault when the stream's context faulted
+    /// before the call (as its pending waits end); [`Error::Driver`] when
+    /// another driver error failed the watch (a bad handle, no current
+    /// context).
     pub fn watch(&self, stream: CUstream) -> Result<Fence, Error> {
         self.watch_stream(stream, false)
     }

@@ -11,10 +11,11 @@
 //!   the device and starts every stream's next operation as soon as it can;
 //! - a kernel occupies its stream for its duration
 //!   ([`Stream::launch`]);
-//! - a kernel launched with a fault ([`Stream::launch_fault`]) makes its
-//!   context's error sticky when it ends: from then on every call on that
-//!   context returns the fault, and every wait there ends in it; other
-//!   contexts go on;
+//! - a kernel launched with a fault ([`Stream::launch_fault`]) makes the
+//!   error sticky when it ends, in every context alive then (as on two GPUs
+//!   of one host; `$CUDAFD_SIM_FAULT_SCOPE=context` keeps it to its own):
+//!   from then on every call on those contexts returns the fault, and every
+//!   wait there ends in it; a context made later is healthy;
 //! - destroyed or made-up handles give `CUDA_ERROR_INVALID_HANDLE`, never a
 //!   crash.
 //!

@@ -77,16 +77,17 @@ pub fn release_idle() -> usize {
 /// final counts, or `Err` with the last counts seen. For leak checks after
 /// the last notifier and fence are dropped (cudafd's threads exit a few
 /// milliseconds after their last wait; GPU work of detached waits must end).
-/// Releases the kept side streams first ([`release_idle`]).
+/// Releases the kept side streams first ([`release_idle`]). A timeout past
+/// what [`Instant`] can count is no limit.
 pub fn wait_for_zero(timeout: Duration) -> Result<Stats, Stats> {
-    let deadline = Instant::now() + timeout;
+    let deadline = Instant::now().checked_add(timeout);
     loop {
         release_idle();
         let s = stats();
         if s.live().is_empty() {
             return Ok(s);
         }
-        if Instant::now() >= deadline {
+        if deadline.map_or(false, |d| Instant::now() >= d) {
             return Err(s);
         }
         std::thread::sleep(Duration::from_millis(5));

@@ -53,13 +53,16 @@ fn a_fault_reaches_every_waiter_of_the_context() {
             "the fault took {:?} to arrive",
             start.elapsed()
         );
-        // Later waits in the context fail too: at the watch, or with the fault.
-        match n1.watch(faulting.raw()) {
-            Err(e) => assert_eq!(e.cuda(), Some(CudaError::ILLEGAL_ADDRESS), "{e}"),
-            Ok(f) => {
-                let r = tokio::time::timeout(LIMIT, f).await.expect("no hang");
-                assert_eq!(r.unwrap_err().cuda(), Some(CudaError::ILLEGAL_ADDRESS));
-            }
+        // Later waits in the context end in the fault too, on any of its
+        // streams, whether the watch or the wait finds it.
+        for (n, s) in [(&n1, &faulting), (&n2, &bystander)] {
+            let r = tokio::time::timeout(LIMIT, n.wait(s.raw()))
+                .await
+                .expect("no hang");
+            assert!(
+                matches!(r, Err(Error::Gpu(CudaError::ILLEGAL_ADDRESS))),
+                "a wait after the fault: {r:?}"
+            );
         }
         drop((faulting, bystander, queued));
     });

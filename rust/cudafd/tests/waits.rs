@@ -292,6 +292,22 @@ fn a_blocking_wait_drains_at_its_deadline_and_a_huge_timeout_is_no_limit() {
     assert_no_leaks();
 }
 
+#[test]
+fn a_leak_check_with_a_huge_timeout_has_no_limit() {
+    let _serial = start();
+    let notifier = Notifier::new(Mechanism::Event).unwrap();
+    let gpu = Gpu::open();
+    let stream = gpu.stream();
+    stream.launch(1, false);
+    let mut fence = notifier.watch(stream.raw()).unwrap();
+    fence.wait(Some(LIMIT)).unwrap();
+    drop((fence, notifier, stream, gpu));
+    assert_no_leaks();
+    // Every count is zero already: it returns at once.
+    let s = cudafd::stats::wait_for_zero(Duration::MAX).expect("every live count at zero");
+    assert!(s.live().is_empty(), "{:?}", s.live());
+}
+
 #[cfg(feature = "tokio")]
 #[test]
 fn a_notifier_made_in_a_runtime_without_io_is_an_error() {
@@ -424,9 +440,11 @@ fn a_wait_on_the_stream_of_a_lone_spin_wait_does_not_finish_before_it() {
     let _serial = start();
     // The lone wait() (`first`) is left to its fence's asks, in a lane of
     // its own; a watch() after it on its stream (`second`) is spun on by the
-    // poller, which finds it over as soon as the stream is idle. Until
-    // `first` has its outcome, `second` stays unfinished; a watch on another
-    // stream (`other`) is not held.
+    // poller, which finds it over as soon as the stream is idle. `second`
+    // finishes only once `first`'s outcome is known: its try_wait asks about
+    // `first`'s wait (over, as its work came before `second`'s), which is
+    // then taken from the core. A watch on another stream (`other`) is not
+    // held.
     let notifier = Notifier::new(Mechanism::Spin).unwrap();
     notifier.set_max_lateness(Duration::from_secs(10)).unwrap();
     let gpu = Gpu::open();
@@ -451,21 +469,23 @@ fn a_wait_on_the_stream_of_a_lone_spin_wait_does_not_finish_before_it() {
             matches!(other.try_wait(), Some(Ok(()))),
             "a wait on another stream was held"
         );
+        assert_eq!(notifier.pending(), 1, "`first` was asked about");
+        // Dropped: its wait detached, nothing holds the later one.
+        let first = if dropped { None } else { Some(first) };
         assert!(
-            second.try_wait().is_none(),
+            matches!(second.try_wait(), Some(Ok(()))),
+            "the later wait did not finish"
+        );
+        assert_eq!(
+            notifier.pending(),
+            0,
             "finished before the earlier wait on its stream"
         );
-        if dropped {
-            drop(first); // its wait detached: nothing holds the later one
-        } else {
+        if let Some(first) = first {
             executor().block_on(async {
                 tokio::time::timeout(LIMIT, first).await.unwrap().unwrap();
             });
         }
-        assert!(
-            matches!(second.try_wait(), Some(Ok(()))),
-            "still held after the earlier wait ended"
-        );
     }
     assert_eq!(notifier.pending(), 0);
     drop((stream, another, notifier));
