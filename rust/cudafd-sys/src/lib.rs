@@ -230,7 +230,7 @@ pub mod sim {
     /// `CUDAFDSIM_ABI_VERSION`.
     pub const CUDAFDSIM_ABI_VERSION: c_int = 1;
     /// `CUDAFDSIM_STAT_COUNT`.
-    pub const CUDAFDSIM_STAT_COUNT: c_int = 6;
+    pub const CUDAFDSIM_STAT_COUNT: c_int = 8;
 
     /// `int cudafdsim_abi_version(void)`.
     pub type cudafdsim_abi_version = unsafe extern "C" fn() -> c_int;
@@ -245,6 +245,7 @@ pub mod sim {
     /// `CUresult cudafdsim_ctx_fault(CUcontext, CUresult *fault)`: the sticky fault or 0.
     pub type cudafdsim_ctx_fault = unsafe extern "C" fn(CUcontext, *mut CUresult) -> CUresult;
     /// `int cudafdsim_stats(int64_t *out, int n)`: contexts, streams, events,
-    /// queued operations, host functions run, kernels run.
+    /// queued operations, host functions run, kernels run, calls given a
+    /// dead handle, semaphores destroyed with a signal not yet run.
     pub type cudafdsim_stats = unsafe extern "C" fn(*mut i64, c_int) -> c_int;
 }

@@ -161,6 +161,8 @@ impl Simulator {
             queued: v[3],
             host_functions_run: v[4],
             kernels_run: v[5],
+            dead_handle_calls: v[6],
+            busy_semaphore_destroys: v[7],
         }
     }
 }
@@ -188,6 +190,13 @@ pub struct SimStats {
     pub host_functions_run: i64,
     /// Kernels run so far.
     pub kernels_run: i64,
+    /// Calls given a dead event (destroyed, or gone with its context), or
+    /// destroying an external semaphore of a destroyed context: a real
+    /// driver crashes on one.
+    pub dead_handle_calls: i64,
+    /// External semaphores destroyed while a signal of theirs had not run
+    /// (CUDA forbids it).
+    pub busy_semaphore_destroys: i64,
 }
 
 struct ContextInner {
