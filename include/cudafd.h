@@ -195,9 +195,17 @@ uint64_t cudafd_stream_key(uintptr_t stream);
 /* The syncfd mechanism's per-point fd: cudafd_watch_stream() /
  * cudafd_watch_event() on a CUDAFD_MECH_SYNCFD notifier, which also returns in
  * *fence_fd a new sync_file fd (close-on-exec, the caller's to close) that the
- * kernel makes readable when the GPU passes the point. The wait is queued on
- * the notifier as usual, and only the notifier reports a fault: whether a
- * sync_file ever turns readable after a GPU fault is not documented.
+ * kernel makes readable when the GPU passes the point, or 30 s after it is
+ * first polled (poll, select, epoll_ctl), with the work possibly still
+ * running: L4T's host1x-fence driver gives it a timeout that signals it with
+ * -ETIMEDOUT (read in NVIDIA's kernel source, not seen on a board). So a
+ * readable sync_file means "passed, or 30 s went by"; only the notifier's
+ * completion says the work is done. A caller that polls the sync_file alone
+ * drains the notifier once it is readable and, if the wait has not
+ * completed, waits on the notifier's fd instead (the sync_file stays
+ * readable). The wait is queued on the notifier as usual, and only the
+ * notifier reports a fault: what a GPU fault does to a sync_file before
+ * that timeout is not documented.
  * CUDAFD_E_INVALID on a notifier of another mechanism. */
 int cudafd_watch_stream_fence(cudafd_notifier *n, uintptr_t stream, uint64_t *token, int *fence_fd);
 int cudafd_watch_event_fence(cudafd_notifier *n, uintptr_t event, uint64_t *token, int *fence_fd);
@@ -235,8 +243,8 @@ void cudafd_notifier_destroy(cudafd_notifier *n);
  * in that context makes none (a stream creation can wait until the GPU is
  * idle, and every call into the context waits behind it). In a device's
  * primary context, cudafd holds a reference to it (cuDevicePrimaryCtxRetain)
- * while a notifier is open that watched there, or side streams are kept
- * there, so releasing the primary context does not destroy cudafd's events
+ * while a notifier is open that watched there, or side streams or syncfd
+ * semaphores are kept there, so releasing the primary context does not destroy cudafd's events
  * and streams under it; it goes once they do. A context of your own cannot
  * be held so: destroying it while cudafd has a wait, events or side streams
  * there leaves dead handles, which a real driver crashes on.
@@ -251,7 +259,10 @@ void cudafd_notifier_destroy(cudafd_notifier *n);
  * their work first). It then destroys the idle
  * events and side streams, the records and the primary-context references
  * of every context with no wait in flight; with no notifier open, the idle
- * events of the others too. So to
+ * events of the others too; and the syncfd mechanism's semaphores that no
+ * wait uses and whose signals all ran (one whose signal is still queued,
+ * its wait cancelled, stays until a later call: synchronize that work
+ * before destroying its context). So to
  * destroy a context of your own: let its waits end (or cancel them, or close
  * their notifiers), call this, then destroy it. Also call it to see every
  * live count at zero. A later watch in a context it let go of makes its

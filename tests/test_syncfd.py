@@ -4,7 +4,7 @@ tests/support.py switches on for the whole suite; the shared behaviour tests
 run it through the ``mechanism`` fixture. Here: the probe, step by step and
 with each step failing; the pollfd path alone (the backstop out of reach),
 under every loop and the blocking API, across the 32-bit wrap; the
-per-point sync_file; faults through the backstop."""
+per-point sync_file, and its timeout; faults through the backstop."""
 from __future__ import annotations
 
 import json
@@ -164,6 +164,41 @@ def test_a_fault_raises_through_the_backstop_and_the_fd_turnsreadable(dev):
             assert e.value.name == "CUDA_ERROR_ILLEGAL_ADDRESS"
             assert readable(x.fileno(), 0)
             assert not os.get_inheritable(x.fileno())  # still close-on-exec once pointed elsewhere
+
+
+FENCE_TIMEOUT = """
+import json, select, cudafd
+from support import Device
+cudafd.use_simulator()
+dev = Device(0)
+s = dev.stream()
+s.launch(4.0)
+out = {}
+with cudafd.fence(s, "syncfd") as f:
+    out["sync_file_woke"] = bool(select.select([f.fileno()], [], [], 15)[0])
+    out["done_then"] = f.done()
+    try:
+        f.result()
+        out["result_then"] = "no error"
+    except cudafd.InvalidStateError:
+        out["result_then"] = "InvalidStateError"
+    out["waited"] = f.wait(60)
+    out["result"] = repr(f.result())
+    out["still_readable"] = bool(select.select([f.fileno()], [], [], 0)[0])
+dev.close()
+print(json.dumps(out))
+"""
+
+
+def test_a_sync_file_timed_out_leaves_the_fence_pending():
+    """The kernel's sync_file turns readable at its timeout (30 s after its
+    first poll) even while its work runs; the fake's is set to 0.3 s here.
+    The Fence still reports not done, then the right result."""
+    r = _python(FENCE_TIMEOUT, CUDAFD_SIM_FENCE_TIMEOUT_MS="300")
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.splitlines()[-1])
+    assert out == {"sync_file_woke": True, "done_then": False, "result_then": "InvalidStateError",
+                   "waited": True, "result": "None", "still_readable": True}, out
 
 
 def test_sync_file_from_another_mechanism_is_refused(dev):

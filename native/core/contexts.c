@@ -191,8 +191,9 @@ static void retire(cfd_ctx *cx)
 }
 
 /* Retire the idle events of each record (of those no wait refers to, if
- * `unused_only`) and free the records left with no waits and no streams,
- * dropping their references to primary contexts. */
+ * `unused_only`) and free the records left with no waits, no streams and no
+ * syncfd records (whose semaphores die with the context), dropping their
+ * references to primary contexts. */
 static void retire_records(bool unused_only)
 {
     cfd_ctx **link = &g.contexts;
@@ -200,7 +201,7 @@ static void retire_records(bool unused_only)
         cfd_ctx *cx = *link;
         if (!unused_only || cx->nwaits == 0)
             retire(cx);
-        if (cx->nwaits == 0 && !has_streams(&cx->side)) {
+        if (cx->nwaits == 0 && !has_streams(&cx->side) && __atomic_load_n(&cx->syncrecs, __ATOMIC_RELAXED) == 0) {
             if (cx->primary == 2)
                 cu.cuDevicePrimaryCtxRelease(cx->pdev);
             *link = cx->next;

@@ -82,6 +82,7 @@ typedef struct cfd_ctx {
     int npool, cappool;
     cfd_side_pool side;   /* waits on side streams: hostfunc points, waits on a caller's event */
     int nwaits;                      /* waits referring to this record */
+    int syncrecs;                    /* syncfd records of the context (syncfd.c, atomic): they keep this record */
     int64_t fault;                   /* the first sticky error seen in this context */
     int8_t primary; /* 0 not known yet, 1 being found out, 2 a reference held on pdev's primary context, 3 none */
     CUdevice pdev;

@@ -208,9 +208,12 @@ CFD_API int cudafd_release_idle(void)
         pthread_cond_wait(&g.poller_gone_cv, &g.mu);
     }
     int64_t before = g.stat[ST_STREAMS];
+    /* The semaphores first: freeing a context's record may release the
+     * last reference to a primary context, and theirs die with it. */
+    if (!g.probing)
+        cfd_syncfd_release_idle_locked();
     if (g.nopen == 0 && !g.probing) {
         cfd_retire_side_streams_locked();
-        cfd_syncfd_release_idle_locked();
         cfd_quiesce_locked();
     } else if (g.nopen > 0) {
         cfd_release_unused_locked();

@@ -44,10 +44,10 @@
  * (cudafdsim_host1x_*), as libcudafd_sim.so does (native/sim/sim_nvsci.c).
  *
  * Locks: sf.mu guards the probe, the records list and the per-device
- * attribute lists (driver calls are made under it while a record is made);
- * a record's mu orders its stream's points; g.mu may be taken inside either,
- * never the other way round, except by cfd_syncfd_release_idle_locked
- * (g.mu, then sf.mu), which runs only while no watch is in flight.
+ * attribute lists (driver calls and host1x checks are made under it while a
+ * record is found or made); a record's mu orders its stream's points, and a
+ * watch takes g.mu inside it to queue its wait. cfd_syncfd_release_idle_locked
+ * takes sf.mu inside g.mu; nothing takes g.mu inside sf.mu.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -117,9 +117,10 @@ struct host1x_ops {
 
 typedef struct cfd_syncrec {
     struct cfd_syncrec *next;
-    CUcontext ctx;
+    cfd_ctx *cx;        /* its context's record, kept while this one is (cx->syncrecs) */
     uintptr_t stream;
     uint64_t thread;
+    uint64_t key;       /* the stream's id (watch.c, stream_key) when last signalled (sf.mu) */
     NvSciSyncObj obj;
     CUexternalSemaphore sem;
     pthread_mutex_t mu; /* held from a point's signal until it is queued */
@@ -127,7 +128,10 @@ typedef struct cfd_syncrec {
     int waits;          /* wait records that name it (g.mu) */
     uint32_t passed;    /* the latest threshold known passed (g.mu) */
     bool has_passed;
+    bool signalled;     /* last_id and last_thr name its latest point (sf.mu) */
+    uint32_t last_id, last_thr;
     bool dropped;       /* its semaphore went with its context: never found again (sf.mu) */
+    bool retired;       /* its handle went to another stream while a signal was pending: never found again (sf.mu) */
 } cfd_syncrec;
 
 static struct {
@@ -549,24 +553,39 @@ int64_t cfd_syncfd_backstop_ns(void) { return sf.backstop_ns; }
 
 /* ---- per-stream records ---- */
 
+/* Has every signal of the record run? sf.mu held. A system call (host1x),
+ * so asked only where a record would be shared or freed. */
+static bool record_quiet(const cfd_syncrec *rec)
+{
+    return !rec->signalled || cfd_syncfd_check(rec->last_id, rec->last_thr) == 1;
+}
+
 /* The record of (ctx, stream, thread), made if new; held (users) until
  * signal_end. The stream's context current.
  *
- * Keyed by the handle, not by the stream's id as lanes are (watch.c,
+ * Found by the handle, not by the stream's id as lanes are (watch.c,
  * stream_key): a record holds a syncpoint, a scarce host1x resource, until
  * cudafd_release_idle, and a program that makes and destroys streams would
- * pile up one per stream id. The cost of the handle: a new stream handed a
- * destroyed stream's handle while that one's signal is still pending shares
- * its syncpoint, so the new stream's threshold passes only after the old
- * signal; its wait is then found by the backstop's driver query (at most
- * max(max_lateness, CUDAFD_SYNCFD_BACKSTOP_MS) late), and never early,
- * since a point that passed completes only once its own event reads done. */
-static int record_get(CUcontext ctx, uintptr_t stream, uint64_t thread, cfd_syncrec **out)
+ * pile up one per stream id. But the driver hands a new stream the handle of
+ * one destroyed just before, even while that one's work runs, and two
+ * streams signalling one syncpoint pass each other's thresholds (a sync_file
+ * of the old stream would turn readable at the new stream's signal). So a
+ * record also keeps the id (`key`) of the stream that signalled it: one found
+ * under another id goes over to the new stream only once all its signals
+ * have run, and is otherwise retired, and the new stream gets its own. */
+static int record_get(cfd_ctx *cx, uintptr_t stream, uint64_t key, uint64_t thread, cfd_syncrec **out)
 {
     pthread_mutex_lock(&sf.mu);
     cfd_syncrec *rec = sf.recs;
-    while (rec && (rec->dropped || !(rec->ctx == ctx && rec->stream == stream && rec->thread == thread)))
+    while (rec && (rec->dropped || rec->retired ||
+                   !(rec->cx == cx && rec->stream == stream && rec->thread == thread)))
         rec = rec->next;
+    if (rec && rec->key != key) {
+        if (rec->users == 0 && record_quiet(rec))
+            rec->key = key;
+        else
+            rec->retired = true, rec = NULL;
+    }
     int rc = CUDAFD_OK;
     if (!rec) {
         CUdevice dev = 0;
@@ -591,8 +610,10 @@ static int record_get(CUcontext ctx, uintptr_t stream, uint64_t thread, cfd_sync
             if (obj)
                 sf.sci.NvSciSyncObjFree(obj);
         } else {
-            rec->ctx = ctx;
+            rec->cx = cx;
+            __atomic_fetch_add(&cx->syncrecs, 1, __ATOMIC_RELAXED);
             rec->stream = stream;
+            rec->key = key;
             rec->thread = thread;
             rec->obj = obj;
             rec->sem = sem;
@@ -608,19 +629,17 @@ static int record_get(CUcontext ctx, uintptr_t stream, uint64_t thread, cfd_sync
     return rc;
 }
 
-static void record_put(cfd_syncrec *rec)
-{
-    pthread_mutex_lock(&sf.mu);
-    rec->users--;
-    pthread_mutex_unlock(&sf.mu);
-}
 
+/* g.mu held (the context's fault). A semaphore whose context faulted keeps
+ * its signals outstanding for good: it is not destroyed (nor may it be after
+ * its context goes), and goes with the context. */
 static void record_free(cfd_syncrec *rec)
 {
-    if (!rec->dropped) /* a dropped one's handle is the driver's to reuse */
+    if (!rec->dropped && !rec->cx->fault) /* a dropped one's handle is the driver's to reuse */
         cu.cuDestroyExternalSemaphore(rec->sem);
     sf.sci.NvSciSyncObjFree(rec->obj);
     pthread_mutex_destroy(&rec->mu);
+    __atomic_fetch_sub(&rec->cx->syncrecs, 1, __ATOMIC_RELAXED);
     free(rec);
 }
 
@@ -641,14 +660,27 @@ static bool stream_usable(CUstream stream)
     return q == CUDA_SUCCESS || q == CUDA_ERROR_NOT_READY;
 }
 
-int cfd_syncfd_signal(CUcontext ctx, CUstream stream, uint64_t thread, cfd_syncpt *sp)
+/* A watch is done with the record; `sp` its point, if it signalled one. */
+static void record_put(cfd_syncrec *rec, const cfd_syncpt *sp)
+{
+    pthread_mutex_lock(&sf.mu);
+    rec->users--;
+    if (sp) {
+        rec->signalled = true;
+        rec->last_id = sp->id;
+        rec->last_thr = sp->thr;
+    }
+    pthread_mutex_unlock(&sf.mu);
+}
+
+int cfd_syncfd_signal(cfd_ctx *cx, CUstream stream, uint64_t key, uint64_t thread, cfd_syncpt *sp)
 {
     for (int attempt = 0;; attempt++) {
         cfd_syncrec *rec;
-        int rc = record_get(ctx, (uintptr_t)stream, thread, &rec);
+        int rc = record_get(cx, (uintptr_t)stream, key, thread, &rec);
         if (rc != CUDAFD_OK) {
             if (rec)
-                record_put(rec);
+                record_put(rec, NULL);
             return rc;
         }
         pthread_mutex_lock(&rec->mu);
@@ -664,7 +696,7 @@ int cfd_syncfd_signal(CUcontext ctx, CUstream stream, uint64_t thread, cfd_syncp
                      (r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_CONTEXT_IS_DESTROYED) &&
                      stream_usable(stream); /* else the caller's stream is what the driver refused */
         if (!stale) {
-            record_put(rec);
+            record_put(rec, NULL);
             return rc;
         }
         record_drop(rec);
@@ -676,7 +708,7 @@ void cfd_syncfd_signal_end(cfd_syncpt *sp)
     if (!sp->rec)
         return;
     pthread_mutex_unlock(&sp->rec->mu);
-    record_put(sp->rec);
+    record_put(sp->rec, sp);
     sp->rec = NULL;
 }
 
@@ -758,7 +790,7 @@ void cfd_syncfd_release_idle_locked(void)
     cfd_syncrec **link = &sf.recs;
     while (*link) {
         cfd_syncrec *rec = *link;
-        if (rec->users == 0 && rec->waits == 0) {
+        if (rec->users == 0 && rec->waits == 0 && (rec->dropped || rec->cx->fault || record_quiet(rec))) {
             *link = rec->next;
             record_free(rec);
         } else {

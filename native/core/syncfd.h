@@ -11,6 +11,7 @@
 #include "../cuda_abi.h"
 
 struct cfd_syncrec; /* one caller's stream: its NvSciSync object and imported semaphore */
+struct cfd_ctx;     /* a context's record (internal.h) */
 
 /* A point signalled on a stream: the syncpoint `id` passes `thr` there. */
 typedef struct cfd_syncpt {
@@ -22,10 +23,11 @@ typedef struct cfd_syncpt {
  * else CUDAFD_E_UNSUPPORTED with the failed step in the message. */
 int cfd_syncfd_available(void);
 /* Signal the stream's semaphore at the stream's current end (its context
- * current) and fill *sp. On success the stream's record stays locked, so its
- * points are queued in the order they were signalled, until
- * cfd_syncfd_signal_end(sp). */
-int cfd_syncfd_signal(CUcontext ctx, CUstream stream, uint64_t thread, cfd_syncpt *sp);
+ * current, cx its record, held by the caller) and fill *sp; `key` is the
+ * stream's id (watch.c, stream_key). A new stream record keeps cx. On
+ * success the stream's record stays locked, so its points are queued in the
+ * order they were signalled, until cfd_syncfd_signal_end(sp). */
+int cfd_syncfd_signal(struct cfd_ctx *cx, CUstream stream, uint64_t key, uint64_t thread, cfd_syncpt *sp);
 void cfd_syncfd_signal_end(cfd_syncpt *sp);
 /* g.mu held: arm the process's pollfd (made at the first call) for the point. */
 bool cfd_syncfd_arm_locked(const cfd_syncpt *sp); /* true: the pollfd is new (wake the poller) */
@@ -47,7 +49,9 @@ void cfd_syncfd_note_passed_locked(struct cfd_syncrec *rec, uint32_t thr);
 int cfd_syncfd_sync_file(uint32_t id, uint32_t thr, int *fd);
 /* How often the backstop asks the driver about a pending point. */
 int64_t cfd_syncfd_backstop_ns(void);
-/* g.mu held, no notifier open: destroy the streams' semaphores and objects. */
+/* g.mu held: destroy the semaphores and objects of the streams' records that
+ * no watch or wait uses and whose signals have all run (a semaphore must not
+ * be destroyed before). */
 void cfd_syncfd_release_idle_locked(void);
 
 #endif /* CUDAFD_SYNCFD_H */

@@ -79,14 +79,20 @@
  *
  * syncfd lanes (syncfd.c). The poller also sleeps on the host1x pollfd that
  * every syncfd point arms. When it wakes readable, every syncfd lane's head
- * is asked (cfd_syncfd_check: host1x, no driver call); a head that passed is
+ * is asked (cfd_syncfd_check: host1x, no driver call; its throw-away
+ * sync_file is polled once, at once, so the kernel's fence timeout, which
+ * signals a sync_file 30 s after its first poll, never reaches it, and the
+ * pollfd has none); a head that passed is
  * asked about its event (cuEventQuery of the event behind its signal: a
  * fault, or the record still a moment behind the signal, when the driver is
  * asked again soon) and completes, and the next head is asked in the
  * following round. The
  * driver is asked about a syncfd head only on the backstop's interval
  * (max(budget, CUDAFD_SYNCFD_BACKSTOP_MS)), which completes it if the
- * syncpoint never moved (a fault, or host1x missing a wake).
+ * syncpoint never moved (a fault, or host1x missing a wake). A head so
+ * completed says the syncpoint lags its events, so the next head's event is
+ * asked at once, and the next, until one is not done: the waits host1x does
+ * not report are found in one round each, not one backstop period each.
  */
 #include <errno.h>
 #include <poll.h>
@@ -305,12 +311,16 @@ static void drop_all(void)
 }
 
 /* A lane's head went (popped, or dropped by reap_dropped) and another took
- * its place: when to ask about the new one. */
-static void plan_new_head(cfd_lane *l, int64_t now)
+ * its place: when to ask about the new one. `unreported`: the head went
+ * through the driver while host1x had not reported its threshold passed
+ * (a fault dropped its signal, or host1x missed it): the syncpoint that did
+ * not report that head will not report the next one in time either, so the
+ * next head's event is asked at once, as an event lane's is. */
+static void plan_new_head(cfd_lane *l, int64_t now, bool unreported)
 {
     if (l->mech == CUDAFD_MECH_SPIN)
         plan(l, now);
-    else if (l->mech == CUDAFD_MECH_SYNCFD) /* through host1x first, not the driver */
+    else if (l->mech == CUDAFD_MECH_SYNCFD && !unreported) /* through host1x first, not the driver */
         l->sync_due = true, plan(l, now);
     else /* it may be over too: ask at once */
         l->next_poll = now, l->step = 0;
@@ -351,7 +361,7 @@ static void reap_dropped(int64_t now)
             retire_lane(l);
         } else if (new_head) {
             l->since = now;
-            plan_new_head(l, now);
+            plan_new_head(l, now, false);
         }
     }
     g.reaps++;
@@ -451,11 +461,14 @@ static void *poller_main(void *arg)
                 plan(l, now);
                 continue;
             }
+            cfd_wait *h = l->head;
+            bool unreported = l->mech == CUDAFD_MECH_SYNCFD &&
+                              !(h->sp.rec && cfd_syncfd_known_passed_locked(h->sp.rec, h->sp.thr));
             cfd_lane_pop(l, snap[i].r); /* the next head's age counts from now */
             if (!l->head)
                 retire_lane(l);
             else
-                plan_new_head(l, now);
+                plan_new_head(l, now, unreported);
         }
         if (nspin > 0) { /* spinning: no sleep, but let watchers take the lock */
             pthread_mutex_unlock(&g.mu);

@@ -188,7 +188,7 @@ static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, i
         CUevent ev = NULL;
         cfd_syncpt sp = {NULL, 0, 0};
         if (n->mech == CUDAFD_MECH_SYNCFD &&
-            (rc = cfd_syncfd_signal(ctx, (CUstream)stream, thread, &sp)) != CUDAFD_OK) {
+            (rc = cfd_syncfd_signal(cx, (CUstream)stream, key, thread, &sp)) != CUDAFD_OK) {
             pthread_mutex_lock(&g.mu);
             if (taken)
                 cfd_ctx_give_event(cx, taken);
@@ -309,7 +309,7 @@ static int watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token, int
         if (rc == CUDAFD_OK && (r = cu.cuStreamWaitEvent(side, (CUevent)event, 0)) != CUDA_SUCCESS)
             rc = cfd_fail_cuda(r, "cuStreamWaitEvent on the event");
         if (rc == CUDAFD_OK && n->mech == CUDAFD_MECH_SYNCFD)
-            rc = cfd_syncfd_signal(ctx, side, 0, &sp);
+            rc = cfd_syncfd_signal(cx, side, stream_key((uintptr_t)side), 0, &sp);
         if (rc == CUDAFD_OK)
             rc = cfd_record(cx, side, NULL, &ev);
         if (rc == CUDAFD_OK) { /* enqueue takes over the side stream, even when it fails */

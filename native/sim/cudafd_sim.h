@@ -43,7 +43,10 @@
  *    takes them with $CUDAFD_SYNCFD_FAKE=<this library>. Each NvSciSync
  *    object is a 32-bit syncpoint starting at $CUDAFD_SIM_SYNCPOINT_START
  *    (default 0), advanced when a stream runs its
- *    cuSignalExternalSemaphoresAsync; the fds are real eventfds.
+ *    cuSignalExternalSemaphoresAsync; the fds are real ones (a sync_file is
+ *    a socket, the pollfd an eventfd). A sync_file turns readable once its
+ *    threshold passes or, as the kernel's does, at its timeout, passed or
+ *    not: $CUDAFD_SIM_FENCE_TIMEOUT_MS after it was made (default 30000).
  *    $CUDAFD_SIM_SYNCFD_FAIL=<step> fails one step of the core's probe.
  *  - A faulting kernel faults every context alive at the time, as on two
  *    H200s of one host; $CUDAFD_SIM_FAULT_SCOPE=context faults its own
@@ -109,8 +112,10 @@ void cudafdsim_delay_next_query(uint64_t ns);
  * contexts count while retained), 1 streams, 2 events, 3 queued operations,
  * 4 host functions run, 5 kernels run, 6 calls given a dead event: destroyed,
  * or gone with its context (a real driver crashes on one, or answers about
- * the event that took its handle). Returns how many were filled. */
-#define CUDAFDSIM_STAT_COUNT 7
+ * the event that took its handle), or destroying an external semaphore of a
+ * destroyed context, 7 external semaphores destroyed while a signal of theirs
+ * had not run (CUDA forbids it). Returns how many were filled. */
+#define CUDAFDSIM_STAT_COUNT 8
 int cudafdsim_stats(int64_t *out, int n);
 
 #ifdef __cplusplus

@@ -291,7 +291,7 @@ SIM_API int cudafdsim_stats(int64_t *out, int n)
         n = CUDAFDSIM_STAT_COUNT;
     pthread_mutex_lock(&sim.lock);
     const int64_t all[CUDAFDSIM_STAT_COUNT] = {sim.n_ctx,     sim.n_streams, sim.n_events,   sim.n_queued,
-                                               sim.n_hostfns, sim.n_kernels, sim.n_dead_calls};
+                                               sim.n_hostfns, sim.n_kernels, sim.n_dead_calls, sim.n_busy_sem_destroys};
     pthread_mutex_unlock(&sim.lock);
     memcpy(out, all, (size_t)n * sizeof *out);
     return n;

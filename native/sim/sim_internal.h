@@ -205,7 +205,8 @@ struct sim_global {
     uint64_t ctx_ids;    /* the last context id given out */
     /* statistics */
     int64_t n_ctx, n_streams, n_events, n_queued, n_hostfns, n_kernels;
-    int64_t n_dead_calls; /* calls given a dead event: destroyed, or gone with its context (sim_event_lookup_locked) */
+    int64_t n_busy_sem_destroys; /* external semaphores destroyed with a signal not yet run (sim_nvsci.c) */
+    int64_t n_dead_calls; /* calls given a dead event: destroyed, or gone with its context (sim_event_lookup_locked); destroys of a dead external semaphore */
 };
 
 extern struct sim_global sim;

@@ -17,29 +17,50 @@
  *    operation on the stream; the counter moves when the stream runs it, in
  *    order after the work before it. A fault drops it: the syncpoint never
  *    reaches that threshold.
- *  - CREATE_FENCE gives a sync_file: an eventfd, written when the counter
- *    passes the threshold (at once if it has). CREATE_POLLFD gives a pollfd:
+ *  - CREATE_FENCE gives a sync_file: one end of a socket pair whose other
+ *    end the fake keeps, and closes to signal it (the caller's end turns
+ *    readable, at end of file, and stays so): when the counter passes the
+ *    threshold (at once if it has), or when the fence times out, passed or
+ *    not, as the kernel's does (host1x_fence_create(.., timeout = true):
+ *    30 s after signalling is enabled, at the first poll of it). The fake
+ *    counts $CUDAFD_SIM_FENCE_TIMEOUT_MS (default 30000) from the fence's
+ *    creation, never later than the kernel, on a thread of its own. As the
+ *    kernel frees a sync_file with its last fd, the fake frees one whose
+ *    caller's end was closed everywhere (its own end then reports a hang-up)
+ *    at the device's next ioctl or close.
+ *  - CREATE_POLLFD gives a pollfd:
  *    an eventfd written when a threshold armed on it by TRIGGER_POLLFD
  *    passes; a threshold passed already wakes it at once; each armed
  *    threshold wakes it once. A real pollfd's poll() clears it, so the fake
  *    is cleared by cudafdsim_host1x_ack(), which reads it. The fake keeps a
- *    duplicate of each fd it will write, so a caller closing its fd early
+ *    duplicate of the pollfd to write, so a caller closing its fd early
  *    never makes the fake write another file that took the number.
+ *  - A semaphore belongs to the context current at its import and dies with
+ *    it: a later signal fails with CUDA_ERROR_INVALID_HANDLE (what the core
+ *    takes for a dead semaphore), and destroying it is counted as a call
+ *    given a dead handle (stat 6). Destroying a live one whose
+ *    signals have not all run is counted too (stat 7): CUDA requires that
+ *    "any outstanding signals or waits must have completed before the
+ *    semaphore is destroyed", and a real syncpoint freed early may be handed
+ *    to another object while the late signal still moves it.
  *  - cudafdsim_fail_next_signal(r) makes the next signal fail with r, as a
  *    real one does once the semaphore's context is gone.
  *  - $CUDAFD_SIM_SYNCFD_FAIL=<step> makes one step of the core's probe fail:
  *    driver (the four external-semaphore entry points are absent), device,
  *    module, attributes, reconcile, syncpoint (the reconciled primitive is a
- *    semaphore), import, signal, extract, fence, pollfd, trigger, poll (no fd
- *    is ever written).
+ *    semaphore), import, signal, extract, fence, pollfd, trigger, poll (no
+ *    threshold that passes signals an fd).
  *
- * Everything here runs under sim.lock; fd writes happen under it too.
+ * Everything here runs under sim.lock; fd writes and closes happen under it too.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../nvsci_abi.h"
@@ -59,7 +80,7 @@ struct fake_list {
     int primitive; /* reconciled: the primitive; unreconciled waiter: the one asked for (0: any) */
 };
 struct fake_obj { uint32_t magic; uint32_t syncpoint; };
-struct fake_sem { uint32_t syncpoint; };
+struct fake_sem { uint32_t syncpoint; struct sim_ctx *ctx; /* a reference: the semaphore dies with it */ };
 
 struct syncpoint { uint32_t value, max; };
 static struct syncpoint *points;
@@ -68,7 +89,8 @@ static uint32_t npoints, cappoints;
 struct pollfd_rec { int fd, own; struct pollfd_rec *next; };
 struct armed {
     uint32_t syncpoint, thr;
-    int own;                 /* sync_file: the duplicate to write and close */
+    int own;                 /* sync_file: the fake's end, closed to signal it */
+    uint64_t timeout_at;     /* sync_file: when it signals anyway (sim_now_ns) */
     struct pollfd_rec *pfd;  /* pollfd: the one to wake, else NULL */
     struct armed *next;
 };
@@ -110,7 +132,18 @@ static void wake(int fd)
         ;
 }
 
-/* Fire what has passed on syncpoint id (or everything armed on pfd's records). */
+/* Take the entry at *link out of the armed list; a sync_file's is signalled
+ * (or, closed by its caller, freed): the fake closes its end. */
+static void unarm_locked(struct armed **link)
+{
+    struct armed *a = *link;
+    *link = a->next;
+    if (!a->pfd)
+        close(a->own);
+    free(a);
+}
+
+/* Fire what has passed on syncpoint id. */
 static void fire_locked(uint32_t id)
 {
     struct syncpoint *p = point(id);
@@ -119,14 +152,9 @@ static void fire_locked(uint32_t id)
     for (struct armed **link = &armed; *link;) {
         struct armed *a = *link;
         if (a->syncpoint == id && cfd_syncpt_passed(p->value, a->thr)) {
-            *link = a->next;
-            if (a->pfd) {
+            if (a->pfd)
                 wake(a->pfd->own);
-            } else {
-                wake(a->own);
-                close(a->own);
-            }
-            free(a);
+            unarm_locked(link);
         } else {
             link = &a->next;
         }
@@ -348,9 +376,12 @@ CUresult cuImportExternalSemaphore(CUexternalSemaphore *sem, const CUDA_EXTERNAL
         rc = CUDA_ERROR_OUT_OF_MEMORY;
     if (rc == CUDA_SUCCESS) {
         s->syncpoint = o->syncpoint;
+        s->ctx = c;
         if (!(h = sim_handle_new(SIM_T_EXTSEM, s))) {
             free(s);
             rc = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            c->refs++;
         }
     }
     pthread_mutex_unlock(&sim.lock);
@@ -364,12 +395,20 @@ CUresult cuDestroyExternalSemaphore(CUexternalSemaphore sem)
     SIM_CHECK_INIT();
     pthread_mutex_lock(&sim.lock);
     struct fake_sem *s = sim_handle_get((uint64_t)(uintptr_t)sem, SIM_T_EXTSEM);
-    if (s) {
+    CUresult rc = s ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    if (s && s->ctx->destroyed) {
+        sim.n_dead_calls++;
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    } else if (s) {
+        const struct syncpoint *p = point(s->syncpoint);
+        if (p && p->value != p->max)
+            sim.n_busy_sem_destroys++;
         sim_handle_free((uint64_t)(uintptr_t)sem);
+        sim_ctx_unref_locked(s->ctx);
         free(s);
     }
     pthread_mutex_unlock(&sim.lock);
-    return s ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    return rc;
 }
 
 CUresult cuSignalExternalSemaphoresAsync(const CUexternalSemaphore *sems,
@@ -394,7 +433,7 @@ CUresult cuSignalExternalSemaphoresAsync(const CUexternalSemaphore *sems,
         struct fake_sem *s = sim_handle_get((uint64_t)(uintptr_t)sems[i], SIM_T_EXTSEM);
         NvSciSyncFence *fence = params[i].params.nvSciSync.fence;
         struct syncpoint *p = s ? point(s->syncpoint) : NULL;
-        if (!p) {
+        if (!p || s->ctx->destroyed) {
             rc = CUDA_ERROR_INVALID_HANDLE;
             break;
         }
@@ -485,6 +524,69 @@ static int fail_errno(int err)
     return -1;
 }
 
+static uint64_t fence_timeout_ns;
+static bool timer_started;
+static pthread_cond_t timer_cv; /* CLOCK_MONOTONIC; signalled when a sync_file is made */
+
+/* The timer thread: signals each sync_file at its timeout_at. Lives as long
+ * as the process, as the simulator's other threads do. */
+static void *timer_main(void *arg)
+{
+    (void)arg;
+    pthread_setname_np(pthread_self(), "cudafd-sim-h1x");
+    pthread_mutex_lock(&sim.lock);
+    for (;;) {
+        uint64_t now = sim_now_ns(), next = UINT64_MAX;
+        for (struct armed **link = &armed; *link;) {
+            struct armed *a = *link;
+            if (!a->pfd && a->timeout_at <= now) {
+                unarm_locked(link);
+                continue;
+            }
+            if (!a->pfd && a->timeout_at < next)
+                next = a->timeout_at;
+            link = &a->next;
+        }
+        if (next == UINT64_MAX) {
+            pthread_cond_wait(&timer_cv, &sim.lock);
+        } else {
+            struct timespec ts = {.tv_sec = (time_t)(next / 1000000000u), .tv_nsec = (long)(next % 1000000000u)};
+            pthread_cond_timedwait(&timer_cv, &sim.lock, &ts);
+        }
+    }
+    return NULL;
+}
+
+static int start_timer_locked(void)
+{
+    if (timer_started)
+        return 0;
+    const char *env = getenv("CUDAFD_SIM_FENCE_TIMEOUT_MS");
+    long long ms = env && *env ? strtoll(env, NULL, 0) : 0;
+    fence_timeout_ns = (uint64_t)(ms > 0 ? ms : 30000) * 1000000u;
+    sim_cond_init_monotonic(&timer_cv);
+    pthread_t t;
+    int err = pthread_create(&t, NULL, timer_main, NULL);
+    if (err)
+        return fail_errno(err);
+    pthread_detach(t);
+    timer_started = true;
+    return 0;
+}
+
+/* Free the sync_files whose every fd the caller closed (the fake's end
+ * reports a hang-up), as the kernel frees a sync_file with its last fd. */
+static void free_closed_locked(void)
+{
+    for (struct armed **link = &armed; *link;) {
+        struct pollfd p = {.fd = (*link)->own, .events = 0, .revents = 0};
+        if (!(*link)->pfd && poll(&p, 1, 0) == 1 && (p.revents & POLLHUP))
+            unarm_locked(link);
+        else
+            link = &(*link)->next;
+    }
+}
+
 static int create_fence_locked(struct cfd_host1x_create_fence *a)
 {
     struct syncpoint *p = point(a->id);
@@ -492,20 +594,21 @@ static int create_fence_locked(struct cfd_host1x_create_fence *a)
         return fail_errno(EINVAL);
     if (sim_syncfd_fails("fence"))
         return fail_errno(ENODEV);
-    int own;
-    int fd = fd_pair(&own);
-    if (fd < 0)
+    int sv[2];
+    if (start_timer_locked() < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
         return -1;
     struct armed *w = calloc(1, sizeof *w);
     if (!w) {
-        close(fd);
-        close(own);
+        close(sv[0]);
+        close(sv[1]);
         return fail_errno(ENOMEM);
     }
-    *w = (struct armed){a->id, a->threshold, own, NULL, armed};
+    *w = (struct armed){.syncpoint = a->id, .thr = a->threshold, .own = sv[1],
+                        .timeout_at = sim_now_ns() + fence_timeout_ns, .pfd = NULL, .next = armed};
     armed = w;
+    pthread_cond_signal(&timer_cv);
     fire_locked(a->id);
-    a->fence_fd = fd;
+    a->fence_fd = sv[0];
     return 0;
 }
 
@@ -538,7 +641,7 @@ static int trigger_locked(struct cfd_host1x_trigger_pollfd *a)
     struct armed *w = calloc(1, sizeof *w);
     if (!w)
         return fail_errno(ENOMEM);
-    *w = (struct armed){a->id, a->threshold, -1, p, armed};
+    *w = (struct armed){.syncpoint = a->id, .thr = a->threshold, .own = -1, .pfd = p, .next = armed};
     armed = w;
     fire_locked(a->id);
     return 0;
@@ -549,6 +652,7 @@ SIM_API int cudafdsim_host1x_ioctl(int fd, unsigned long request, void *arg)
     if (!arg)
         return fail_errno(EFAULT);
     pthread_mutex_lock(&sim.lock);
+    free_closed_locked();
     int rc;
     if (!is_devfd(fd))
         rc = fail_errno(ENOTTY);
@@ -593,8 +697,11 @@ SIM_API int cudafdsim_host1x_close(int fd)
         free(p);
         break;
     }
+    int rc = close(fd), err = errno;
+    free_closed_locked(); /* a sync_file's, if that was its last fd */
     pthread_mutex_unlock(&sim.lock);
-    return close(fd);
+    errno = err;
+    return rc;
 }
 
 SIM_API void cudafdsim_host1x_ack(int pollfd)

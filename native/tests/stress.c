@@ -1206,6 +1206,7 @@ int main(void)
     int nmechs = 3;
     if (syncfd_expected()) { /* the simulator's fakes: syncfd runs every check below too */
         test_syncfd(a, sim_push, sim_pop, sim_event_create, sim_event_record, sim_event_destroy);
+        test_syncfd_records(a, sim_push, sim_pop, sim_event_create, sim_event_record, sim_event_destroy);
         nmechs = 4;
     }
     for (int m = 0; m < nmechs; m++) {

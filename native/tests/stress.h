@@ -29,6 +29,10 @@ bool syncfd_expected(void);
 void test_syncfd(CUcontext ctx, CUresult (*push)(CUcontext), CUresult (*pop)(CUcontext *),
                  CUresult (*ev_create)(CUevent *, unsigned), CUresult (*ev_record)(CUevent, CUstream),
                  CUresult (*ev_destroy)(CUevent));
+/* stress_syncrec.c: the syncfd mechanism's per-stream records. */
+void test_syncfd_records(CUcontext ctx, CUresult (*push)(CUcontext), CUresult (*pop)(CUcontext *),
+                         CUresult (*ev_create)(CUevent *, unsigned), CUresult (*ev_record)(CUevent, CUstream),
+                         CUresult (*ev_destroy)(CUevent));
 /* stress_ask.c: cudafd_ask_token and a spin notifier left to its callers' asks. */
 void test_ask(CUcontext ctx);
 /* stress_release.c: waits whose results went early leave with cudafd_release_idle. */

@@ -9,8 +9,12 @@
  * order and only once their work is done, watched together in one epoll;
  * many waits on one stream completing in order; a sync_file for an event
  * target; a sync_file asked of another mechanism's notifier; a stream's
- * record dropped by a failed signal while an earlier wait still names it.
+ * record dropped by a failed signal while an earlier wait still names it;
+ * a faulted stream's waits, which its syncpoint never reports, let go
+ * without a backstop period each; no fd left open by sync_files whose
+ * thresholds never pass.
  */
+#include <dirent.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -192,6 +196,103 @@ static void test_event_fence_and_bad_input(CUcontext ctx, CUresult (*push)(CUcon
     sim_stream_destroy(s);
 }
 
+/* The waits left in a faulted stream's lane (the fault was delivered to
+ * them all, detached) have thresholds the syncpoint never passes, since the
+ * fault dropped their signals: each head goes through its event, which reads
+ * the fault. The syncpoint that did not report one head does not report the
+ * next either, so the lane must empty without a backstop period per wait:
+ * counted in poller wakes, not time (each such period is a timed sleep). */
+static void test_unreported_heads(void)
+{
+    enum { K = 40 };
+    CUcontext c = NULL;
+    sim_ctx_create(0, &c);
+    cudafd_notifier *n = NULL;
+    cudafd_notifier_create(CUDAFD_MECH_SYNCFD, &n);
+    if (!c || !n)
+        return;
+    CUstream s = new_stream(c), f = new_stream(c);
+    int64_t st[CUDAFD_STAT_COUNT];
+    cudafd_stats(st, CUDAFD_STAT_COUNT);
+    int64_t pending0 = st[3];
+    sim_launch(s, 60000000000ull, 0); /* 60 s: only the fault ends it */
+    int watched = 0;
+    for (int i = 0; i < K; i++) {
+        uint64_t t;
+        watched += cudafd_watch_stream(n, (uintptr_t)s, &t) == CUDAFD_OK;
+    }
+    sim_launch(f, 1000000, CUDA_ERROR_ILLEGAL_ADDRESS);
+    cudafd_completion got[K];
+    int have = collect(n, got, K, 30.0);
+    CHECK(watched == K && have == K, "%d watched, %d completions after the fault", watched, have);
+    cudafd_stats(st, CUDAFD_STAT_COUNT);
+    int64_t wakes0 = st[11];
+    double deadline = now_s() + 30.0;
+    while (cudafd_stats(st, CUDAFD_STAT_COUNT), st[3] != pending0 && now_s() < deadline)
+        usleep(1000);
+    CHECK(st[3] == pending0, "%lld of the faulted stream's waits still in its lane", (long long)(st[3] - pending0));
+    CHECK(st[11] - wakes0 < K / 2, "%lld poller wakes to let %d unreported waits go", (long long)(st[11] - wakes0), K);
+    cudafd_notifier_destroy(n);
+    cudafd_release_idle();
+    sim_stream_destroy(s);
+    sim_stream_destroy(f);
+    sim_ctx_destroy(c);
+}
+
+static int open_fds(void)
+{
+    int k = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    while (readdir(d))
+        k++;
+    closedir(d);
+    return k;
+}
+
+/* Sync_files whose thresholds never pass (a fault dropped their signals):
+ * the caller's, closed at once, and the poller's throw-away ones, made at
+ * each pollfd wake for the head of the faulted stream's lane (another
+ * stream's thresholds wake it). The fake device, like the kernel, frees a
+ * sync_file with its last fd: none is left open. */
+static void test_sync_files_freed(void)
+{
+    enum { K = 20 };
+    int before = open_fds();
+    CUcontext c = NULL;
+    sim_ctx_create(0, &c);
+    cudafd_notifier *n = NULL;
+    cudafd_notifier_create(CUDAFD_MECH_SYNCFD, &n);
+    if (!c || !n)
+        return;
+    CUstream s = new_stream(c), q = new_stream(c), f = new_stream(c);
+    sim_launch(s, 60000000000ull, 0); /* 60 s: only the fault ends it */
+    uint64_t t;
+    for (int i = 0; i < K; i++) {
+        int fd = -1;
+        CHECK(cudafd_watch_stream_fence(n, (uintptr_t)s, &t, &fd) == CUDAFD_OK && fd >= 0, "watch with a sync_file");
+        if (fd >= 0)
+            close(fd);
+    }
+    cudafd_completion got[2 * K];
+    for (int i = 0; i < K; i++) { /* each pollfd wake asks s's head through a throw-away sync_file */
+        sim_launch(q, 100 * 1000, 0);
+        cudafd_watch_stream(n, (uintptr_t)q, &t);
+        CHECK(collect(n, got, 1, 30.0) == 1 && got[0].token == t && got[0].status == 0, "q's wait %d", i);
+    }
+    sim_launch(f, 1000000, CUDA_ERROR_ILLEGAL_ADDRESS);
+    CHECK(collect(n, got, K, 30.0) == K, "the faulted stream's waits");
+    cudafd_notifier_destroy(n);
+    cudafd_release_idle(); /* returns once the poller, and its pollfd, are gone */
+    sim_stream_destroy(s);
+    sim_stream_destroy(q);
+    sim_stream_destroy(f);
+    sim_ctx_destroy(c);
+    int after = open_fds();
+    CHECK(after == before, "%d fds left open by sync_files whose thresholds never passed", after - before);
+}
+
 void test_syncfd(CUcontext ctx, CUresult (*push)(CUcontext), CUresult (*pop)(CUcontext *),
                  CUresult (*ev_create)(CUevent *, unsigned), CUresult (*ev_record)(CUevent, CUstream),
                  CUresult (*ev_destroy)(CUevent))
@@ -201,4 +302,6 @@ void test_syncfd(CUcontext ctx, CUresult (*push)(CUcontext), CUresult (*pop)(CUc
     test_many_thresholds(ctx);
     test_dropped_record(ctx);
     test_event_fence_and_bad_input(ctx, push, pop, ev_create, ev_record, ev_destroy);
+    test_unreported_heads();
+    test_sync_files_freed();
 }

@@ -277,7 +277,9 @@ class Event:
 
 
 def stats() -> dict[str, int]:
-    """The simulator's live counts: contexts, streams, events, queued (operations), hostfuncs_run, kernels_run,
-    and dead_handle_calls: calls given a dead event, destroyed or gone with its context (a real driver crashes
-    on one, or answers about the event that took its handle)."""
+    """The simulator's live counts: contexts, streams, events, queued (operations), hostfuncs_run, kernels_run;
+    dead_handle_calls: calls given a dead event, destroyed or gone with its context (a real driver crashes
+    on one, or answers about the event that took its handle), or destroying an external semaphore of a
+    destroyed context; and busy_semaphore_destroys: external semaphores destroyed while a signal of theirs
+    had not run (CUDA forbids it)."""
     return driver().sim.stats()  # type: ignore[union-attr]

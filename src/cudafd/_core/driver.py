@@ -105,7 +105,8 @@ SIM_SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "cudafdsim_stats": (c_int, [POINTER(c_int64), c_int]),
     "cudafdsim_legacy_calls": (c_int64, []),
 }
-SIM_STAT_NAMES = ("contexts", "streams", "events", "queued", "hostfuncs_run", "kernels_run", "dead_handle_calls")
+SIM_STAT_NAMES = ("contexts", "streams", "events", "queued", "hostfuncs_run", "kernels_run", "dead_handle_calls",
+                  "busy_semaphore_destroys")
 
 
 # Entry points whose "_v2" symbol has the signature above (dlsym fallback only;

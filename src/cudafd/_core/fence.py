@@ -124,7 +124,10 @@ class Fence:
         kernel's sync_file for the point (docs/jetson.md): whether that turns
         readable after a GPU fault is not documented, so wait(), result() and
         await, which also watch the driver, are the ones that report faults.
-        Raises ClosedError after close().
+        The kernel also makes that sync_file readable 30 s after it is first
+        polled, whether the point passed or not (its fence timeout): after it
+        wakes, call done(); if that is False, the fd stays readable, so wait
+        with wait() or await instead. Raises ClosedError after close().
         """
         if self._closed:
             raise ClosedError("the Fence is closed")
