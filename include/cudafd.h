@@ -261,8 +261,8 @@ void cudafd_notifier_destroy(cudafd_notifier *n);
  * of every context with no wait in flight; with no notifier open, the idle
  * events of the others too; and the syncfd mechanism's semaphores that no
  * wait uses and whose signals all ran (one whose signal is still queued,
- * its wait cancelled, stays until a later call: synchronize that work
- * before destroying its context). So to
+ * its wait cancelled, is left to go with its context, and its syncpoint
+ * goes at a later call once passed). So to
  * destroy a context of your own: let its waits end (or cancel them, or close
  * their notifiers), call this, then destroy it. Also call it to see every
  * live count at zero. A later watch in a context it let go of makes its

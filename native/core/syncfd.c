@@ -117,7 +117,7 @@ struct host1x_ops {
 
 typedef struct cfd_syncrec {
     struct cfd_syncrec *next;
-    cfd_ctx *cx;        /* its context's record, kept while this one is (cx->syncrecs) */
+    cfd_ctx *cx;        /* its context's record, kept while this one is (cx->syncrecs); NULL: let go (g.mu) */
     uintptr_t stream;
     uint64_t thread;
     uint64_t key;       /* the stream's id (watch.c, stream_key) when last signalled (sf.mu) */
@@ -578,7 +578,7 @@ static int record_get(cfd_ctx *cx, uintptr_t stream, uint64_t key, uint64_t thre
     pthread_mutex_lock(&sf.mu);
     cfd_syncrec *rec = sf.recs;
     while (rec && (rec->dropped || rec->retired ||
-                   !(rec->cx == cx && rec->stream == stream && rec->thread == thread)))
+                   !(rec->cx == cx && rec->stream == stream && rec->thread == thread))) /* (a let-go one's cx is NULL) */
         rec = rec->next;
     if (rec && rec->key != key) {
         if (rec->users == 0 && record_quiet(rec))
@@ -630,16 +630,20 @@ static int record_get(cfd_ctx *cx, uintptr_t stream, uint64_t key, uint64_t thre
 }
 
 
-/* g.mu held (the context's fault). A semaphore whose context faulted keeps
- * its signals outstanding for good: it is not destroyed (nor may it be after
- * its context goes), and goes with the context. */
-static void record_free(cfd_syncrec *rec)
+/* g.mu held. Let go of the context's record: the context may go now. */
+static void record_leave_ctx(cfd_syncrec *rec)
 {
-    if (!rec->dropped && !rec->cx->fault) /* a dropped one's handle is the driver's to reuse */
+    if (rec->cx)
+        __atomic_fetch_sub(&rec->cx->syncrecs, 1, __ATOMIC_RELAXED);
+    rec->cx = NULL;
+}
+
+static void record_free(cfd_syncrec *rec, bool destroy_sem)
+{
+    if (destroy_sem)
         cu.cuDestroyExternalSemaphore(rec->sem);
     sf.sci.NvSciSyncObjFree(rec->obj);
     pthread_mutex_destroy(&rec->mu);
-    __atomic_fetch_sub(&rec->cx->syncrecs, 1, __ATOMIC_RELAXED);
     free(rec);
 }
 
@@ -784,15 +788,31 @@ int cfd_syncfd_sync_file(uint32_t id, uint32_t thr, int *fd)
     return CUDAFD_OK;
 }
 
+/* A record no watch or wait uses goes once its signals ran, with its
+ * semaphore. One whose signals never run (its context faulted, or it was
+ * dropped) goes without: its semaphore goes with its context. One whose
+ * signal is still queued (a cancelled wait's work runs) may not be destroyed
+ * yet, nor after its context goes, which its caller may do once this returns
+ * (cudafd.h): it lets go of its context's record, is never found again, and
+ * its object goes at a later call once its signals ran, its semaphore with
+ * its context. */
 void cfd_syncfd_release_idle_locked(void)
 {
     pthread_mutex_lock(&sf.mu);
     cfd_syncrec **link = &sf.recs;
     while (*link) {
         cfd_syncrec *rec = *link;
-        if (rec->users == 0 && rec->waits == 0 && (rec->dropped || rec->cx->fault || record_quiet(rec))) {
+        if (rec->users > 0 || rec->waits > 0) {
+            link = &rec->next;
+            continue;
+        }
+        bool never = rec->dropped || (rec->cx && rec->cx->fault);
+        bool quiet = !never && record_quiet(rec);
+        bool own_sem = rec->cx != NULL; /* not let go of earlier */
+        record_leave_ctx(rec);
+        if (never || quiet) {
             *link = rec->next;
-            record_free(rec);
+            record_free(rec, quiet && own_sem);
         } else {
             link = &rec->next;
         }

@@ -49,9 +49,8 @@ void cfd_syncfd_note_passed_locked(struct cfd_syncrec *rec, uint32_t thr);
 int cfd_syncfd_sync_file(uint32_t id, uint32_t thr, int *fd);
 /* How often the backstop asks the driver about a pending point. */
 int64_t cfd_syncfd_backstop_ns(void);
-/* g.mu held: destroy the semaphores and objects of the streams' records that
- * no watch or wait uses and whose signals have all run (a semaphore must not
- * be destroyed before). */
+/* g.mu held: free the streams' records that no watch or wait uses, with
+ * their semaphores where their signals all ran (syncfd.c says which go how). */
 void cfd_syncfd_release_idle_locked(void);
 
 #endif /* CUDAFD_SYNCFD_H */
