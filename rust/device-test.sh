@@ -22,7 +22,9 @@ run() {
     [[ $rc == 0 ]] || status=1
 }
 for t in waits cancel held fault; do
-    CUDAFD_TEST_DRIVER=real run "$bin/$t" --test-threads=1
+    skip=()  # a test that faults the device, which the simulator alone survives
+    [[ $t == held ]] && skip=(--skip a_held_fence_takes_the_lead_when_the_leader_leaves)
+    CUDAFD_TEST_DRIVER=real run "$bin/$t" --test-threads=1 "${skip[@]}"
 done
 CUDAFD_SIM_LIB=$lib/libcudafd_sim.so run "$bin/sim" --test-threads=1
 run "$bin/cudafd-tokio"

@@ -63,13 +63,17 @@ fn a_held_fence_finishes_in_a_poll_loop_and_a_blocking_wait() {
     assert_no_leaks();
 }
 
+/// The test that faults the device, which only the simulator survives.
+const SIM_ONLY: &str = "a_held_fence_takes_the_lead_when_the_leader_leaves";
+
 #[test]
 fn a_held_fence_takes_the_lead_when_the_leader_leaves() {
     // On a GPU a fault ends the process's use of the device; on the
     // simulator a context made after it is healthy: simulator only.
-    if common::real() {
-        return;
-    }
+    assert!(
+        !common::real(),
+        "simulator only: on a GPU, run with --skip {SIM_ONLY} (rust/device-test.sh does)"
+    );
     let _serial = start();
     let faults = || cudafd::stats().get("faults").expect("a fault count");
     // A current-thread runtime: only this task runs while it does not yield,
