@@ -129,20 +129,21 @@ static int enter_stream_ctx(cudafd_notifier *n, uintptr_t stream, CUcontext *ctx
     return cfd_enter_ctx(*ctx, pushed);
 }
 
-/* The syncfd mechanism's point on `stream` (signalled there now), and, if
- * fence_fd is given, the sync_file for it once the wait is queued. */
-static int fence_for(cudafd_notifier *n, const cfd_syncpt *sp, uint64_t token, int *fence_fd)
+/* The syncfd mechanism's point just signalled: its sync_file, if fence_fd
+ * is given, made before the wait is queued, so that a watch that fails here
+ * leaves no completion for a token its caller never got. */
+static int fence_make(const cfd_syncpt *sp, int *fence_fd)
 {
-    if (!fence_fd)
-        return CUDAFD_OK;
-    int rc = cfd_syncfd_sync_file(sp->id, sp->thr, fence_fd);
-    if (rc != CUDAFD_OK) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", cudafd_last_error());
-        cudafd_cancel(n, token); /* the caller gets no token: nobody would drain it */
-        cfd_fail(rc, "%s", why);
+    return fence_fd ? cfd_syncfd_sync_file(sp->id, sp->thr, fence_fd) : CUDAFD_OK;
+}
+
+/* The watch failed after fence_make: its sync_file goes. */
+static void fence_drop(int *fence_fd)
+{
+    if (fence_fd && *fence_fd >= 0) {
+        close(*fence_fd);
+        *fence_fd = -1;
     }
-    return rc;
 }
 
 /* What keeps the waits of one stream together (its lane, its hostfunc side
@@ -188,7 +189,8 @@ static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, i
         CUevent ev = NULL;
         cfd_syncpt sp = {NULL, 0, 0};
         if (n->mech == CUDAFD_MECH_SYNCFD &&
-            (rc = cfd_syncfd_signal(cx, (CUstream)stream, key, thread, &sp)) != CUDAFD_OK) {
+            ((rc = cfd_syncfd_signal(cx, (CUstream)stream, key, thread, &sp)) != CUDAFD_OK ||
+             (rc = fence_make(&sp, fence_fd)) != CUDAFD_OK)) {
             pthread_mutex_lock(&g.mu);
             if (taken)
                 cfd_ctx_give_event(cx, taken);
@@ -201,10 +203,11 @@ static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, i
             cfd_syncfd_signal_end(&sp);
             if (rc == CUDAFD_OK) { /* the common path: two critical sections in all */
                 cfd_leave_ctx(pushed);
-                return fence_for(n, &sp, *token, fence_fd);
+                return CUDAFD_OK;
             }
         }
         cfd_syncfd_signal_end(&sp);
+        fence_drop(fence_fd);
     }
     cfd_leave_ctx(pushed);
     ctx_unhold(cx, rc);
@@ -308,21 +311,23 @@ static int watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token, int
         rc = cfd_side_stream(&cx->side, event, false, &side, &side_index);
         if (rc == CUDAFD_OK && (r = cu.cuStreamWaitEvent(side, (CUevent)event, 0)) != CUDA_SUCCESS)
             rc = cfd_fail_cuda(r, "cuStreamWaitEvent on the event");
-        if (rc == CUDAFD_OK && n->mech == CUDAFD_MECH_SYNCFD)
-            rc = cfd_syncfd_signal(cx, side, stream_key((uintptr_t)side), 0, &sp);
+        if (rc == CUDAFD_OK && n->mech == CUDAFD_MECH_SYNCFD &&
+            (rc = cfd_syncfd_signal(cx, side, stream_key((uintptr_t)side), 0, &sp)) == CUDAFD_OK)
+            rc = fence_make(&sp, fence_fd);
         if (rc == CUDAFD_OK)
             rc = cfd_record(cx, side, NULL, &ev);
         if (rc == CUDAFD_OK) { /* enqueue takes over the side stream, even when it fails */
             rc = enqueue(n, cx, (uintptr_t)side, 0, ev, side_index, event, &sp, token);
             cfd_syncfd_signal_end(&sp);
             if (rc == CUDAFD_OK)
-                return fence_for(n, &sp, *token, fence_fd); /* enqueue dropped the record's hold too */
+                return CUDAFD_OK; /* enqueue dropped the record's hold too */
         } else if (side_index >= 0) {
             pthread_mutex_lock(&g.mu);
             cfd_side_release(&cx->side, event, side_index);
             pthread_mutex_unlock(&g.mu);
         }
         cfd_syncfd_signal_end(&sp);
+        fence_drop(fence_fd);
     }
     ctx_unhold(cx, rc);
     return rc;

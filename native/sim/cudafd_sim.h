@@ -101,6 +101,9 @@ int64_t cudafdsim_legacy_calls(void);
 /* Make the next cuSignalExternalSemaphoresAsync fail with r (a syncfd test's
  * stand-in for a semaphore whose context the driver destroyed). */
 void cudafdsim_fail_next_signal(CUresult r);
+/* Make the fake host1x device's next CREATE_FENCE fail with errno err (as
+ * one does when the process is out of fds). */
+void cudafdsim_fail_next_fence(int err);
 /* Make the next cuLaunchHostFunc sleep ns before it enqueues, as a real one
  * blocks while the driver's host notifications are spent. */
 void cudafdsim_delay_next_host_launch(uint64_t ns);

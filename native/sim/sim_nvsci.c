@@ -43,6 +43,8 @@
  *    "any outstanding signals or waits must have completed before the
  *    semaphore is destroyed", and a real syncpoint freed early may be handed
  *    to another object while the late signal still moves it.
+ *  - cudafdsim_fail_next_fence(err) makes the next CREATE_FENCE fail with
+ *    errno err, as one does when the process is out of fds.
  *  - cudafdsim_fail_next_signal(r) makes the next signal fail with r, as a
  *    real one does once the semaphore's context is gone.
  *  - $CUDAFD_SIM_SYNCFD_FAIL=<step> makes one step of the core's probe fail:
@@ -100,6 +102,14 @@ static int devfds[16];
 static int ndevfds;
 
 static CUresult fail_next_signal;
+static int fail_next_fence;
+
+SIM_API void cudafdsim_fail_next_fence(int err)
+{
+    pthread_mutex_lock(&sim.lock);
+    fail_next_fence = err;
+    pthread_mutex_unlock(&sim.lock);
+}
 
 SIM_API void cudafdsim_fail_next_signal(CUresult r)
 {
@@ -594,6 +604,11 @@ static int create_fence_locked(struct cfd_host1x_create_fence *a)
         return fail_errno(EINVAL);
     if (sim_syncfd_fails("fence"))
         return fail_errno(ENODEV);
+    if (fail_next_fence) {
+        int err = fail_next_fence;
+        fail_next_fence = 0;
+        return fail_errno(err);
+    }
     int sv[2];
     if (start_timer_locked() < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
         return -1;

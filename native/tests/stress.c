@@ -48,6 +48,7 @@ static CUresult (*sim_pop)(CUcontext *);
 static CUresult (*sim_stream_create)(CUstream *, unsigned);
 CUresult (*sim_stream_destroy)(CUstream);
 void (*sim_fail_next_signal)(CUresult);
+void (*sim_fail_next_fence)(int);
 void (*sim_delay_next_host_launch)(uint64_t);
 static CUresult (*sim_event_create)(CUevent *, unsigned);
 static CUresult (*sim_event_record)(CUevent, CUstream);
@@ -77,6 +78,7 @@ static void load_sim(void)
     SYM(sim_primary_state, "cuDevicePrimaryCtxGetState");
     SYM(sim_delay_next_query, "cudafdsim_delay_next_query");
     SYM(sim_fail_next_signal, "cudafdsim_fail_next_signal");
+    SYM(sim_fail_next_fence, "cudafdsim_fail_next_fence");
     SYM(sim_delay_next_host_launch, "cudafdsim_delay_next_host_launch");
     SYM(sim_push, "cuCtxPushCurrent");
     SYM(sim_pop, "cuCtxPopCurrent");

@@ -18,6 +18,7 @@ extern CUresult (*sim_ctx_destroy)(CUcontext);
 extern CUresult (*sim_launch)(CUstream, uint64_t, CUresult);
 extern CUresult (*sim_stream_destroy)(CUstream);
 extern void (*sim_fail_next_signal)(CUresult);
+extern void (*sim_fail_next_fence)(int);
 extern void (*sim_delay_next_host_launch)(uint64_t);
 extern void (*sim_delay_next_query)(uint64_t);
 extern int (*sim_stats)(int64_t *, int);

@@ -12,8 +12,10 @@
  * it is destroyed later); and a record whose signal is still queued (its
  * wait cancelled) lets go of its context without destroying its semaphore
  * (CUDA forbids destroying it before the signal ran, and its context may go
- * right after). The simulator counts both misuses (stats 6 and 7).
+ * right after); a watch whose sync_file cannot be made leaves nothing. The
+ * simulator counts both misuses (stats 6 and 7).
  */
+#include <errno.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -141,6 +143,45 @@ static void test_busy_record_let_go(void)
     CHECK(sim_stat(7) == busy, "a semaphore destroyed with its signal queued");
 }
 
+/* The caller's sync_file cannot be made (the process out of fds): the watch
+ * fails, and leaves no wait, no completion for a token its caller never got,
+ * and no fd; the next watch works. Both for a stream and for an event. */
+static void test_fence_failure_leaves_nothing(CUcontext ctx, CUresult (*push)(CUcontext), CUresult (*pop)(CUcontext *),
+                                              CUresult (*ev_create)(CUevent *, unsigned),
+                                              CUresult (*ev_destroy)(CUevent))
+{
+    cudafd_notifier *n = NULL;
+    cudafd_notifier_create(CUDAFD_MECH_SYNCFD, &n);
+    if (!n)
+        return;
+    CUcontext ignored;
+    push(ctx);
+    CUstream s = new_stream(ctx);
+    CUevent ev = NULL;
+    ev_create(&ev, CU_EVENT_DISABLE_TIMING); /* never recorded: complete at once */
+    for (int event = 0; event < 2; event++) {
+        uint64_t t = 0;
+        int fd = 7;
+        sim_fail_next_fence(EMFILE);
+        int rc = event ? cudafd_watch_event_fence(n, (uintptr_t)ev, &t, &fd)
+                       : cudafd_watch_stream_fence(n, (uintptr_t)s, &t, &fd);
+        CHECK(rc == CUDAFD_E_SYS && fd == -1, "%s watch whose sync_file failed: rc %d, fd %d", event ? "an event" : "a stream", rc, fd);
+        CHECK(cudafd_notifier_pending(n) == 0, "a failed watch left a wait");
+        cudafd_completion c[2];
+        usleep(50 * 1000); /* the stream's work is done: a queued wait would complete meanwhile */
+        CHECK(cudafd_drain(n, c, 2) == 0, "a failed watch left a completion");
+        rc = event ? cudafd_watch_event_fence(n, (uintptr_t)ev, &t, &fd) : cudafd_watch_stream_fence(n, (uintptr_t)s, &t, &fd);
+        CHECK(rc == CUDAFD_OK && fd >= 0, "the next watch: %s", cudafd_last_error());
+        CHECK(collect(n, c, 1, 20.0) == 1 && c[0].token == t && c[0].status == 0, "the next watch completes");
+        if (fd >= 0)
+            close(fd);
+    }
+    ev_destroy(ev);
+    pop(&ignored);
+    cudafd_notifier_destroy(n);
+    sim_stream_destroy(s);
+}
+
 void test_syncfd_records(CUcontext ctx, CUresult (*push)(CUcontext), CUresult (*pop)(CUcontext *),
                          CUresult (*ev_create)(CUevent *, unsigned), CUresult (*ev_record)(CUevent, CUstream),
                          CUresult (*ev_destroy)(CUevent))
@@ -148,4 +189,5 @@ void test_syncfd_records(CUcontext ctx, CUresult (*push)(CUcontext), CUresult (*
     test_reused_handle(ctx, push, pop, ev_create, ev_record, ev_destroy);
     test_released_with_a_notifier_open();
     test_busy_record_let_go();
+    test_fence_failure_leaves_nothing(ctx, push, pop, ev_create, ev_destroy);
 }
