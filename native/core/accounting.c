@@ -10,9 +10,6 @@
 struct cfd_global g = {
     .mu = PTHREAD_MUTEX_INITIALIZER,
     .poller_tfd = -1,
-    .watchdog_cv = PTHREAD_COND_INITIALIZER,
-    .fill_cv = PTHREAD_COND_INITIALIZER,
-    .poller_gone_cv = PTHREAD_COND_INITIALIZER,
     .watchdog_ns = 10 * 1000 * 1000,
     .max_lateness_ns = CUDAFD_MAX_LATENESS_DEFAULT_NS,
 };
@@ -90,14 +87,28 @@ int cfd_start_thread(void *(*fn)(void *), const char *name)
 
 void cfd_thread_exit_locked(void) { cfd_count(ST_THREADS, -1); }
 
-void cfd_cond_wait_ns(pthread_cond_t *cv, int64_t ns)
+/* The watchdog's timed waits run on CLOCK_MONOTONIC, so a step of the wall
+ * clock (NTP, an administrator) neither stretches one into a hang nor ends
+ * it early. */
+void cfd_init_conds(void)
 {
-    /* CLOCK_REALTIME: the conditions are statically initialised. A clock
-     * step only lengthens or shortens one timed wait of a polling thread. */
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&g.watchdog_cv, &attr);
+    pthread_condattr_destroy(&attr);
+    pthread_cond_init(&g.fill_cv, NULL);
+    pthread_cond_init(&g.poller_gone_cv, NULL);
+}
+
+__attribute__((constructor)) static void init_global(void) { cfd_init_conds(); }
+
+void cfd_watchdog_wait_ns(int64_t ns)
+{
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     int64_t t = (int64_t)ts.tv_nsec + ns;
     ts.tv_sec += (time_t)(t / 1000000000);
     ts.tv_nsec = (long)(t % 1000000000);
-    pthread_cond_timedwait(cv, &g.mu, &ts);
+    pthread_cond_timedwait(&g.watchdog_cv, &g.mu, &ts);
 }

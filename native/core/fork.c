@@ -46,9 +46,7 @@ static void in_child(void)
     g.poller_running = g.poller_sleeping = false;
     g.watchdog_running = false;
     g.stat[ST_THREADS] = 0;
-    pthread_cond_init(&g.watchdog_cv, NULL);
-    pthread_cond_init(&g.fill_cv, NULL);
-    pthread_cond_init(&g.poller_gone_cv, NULL);
+    cfd_init_conds();
     pthread_mutex_unlock(&g.mu);
     cfd_driver_fork_done();
 }

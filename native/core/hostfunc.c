@@ -372,7 +372,7 @@ static void *watchdog_main(void *arg)
         int64_t now = cfd_now_ns();
         bool periodic = now >= next_check;
         if (!periodic && g.hf_fired == 0) { /* woken early: a wait came, or a budget slot freed */
-            cfd_cond_wait_ns(&g.watchdog_cv, next_check - now);
+            cfd_watchdog_wait_ns(next_check - now);
             continue;
         }
         if (periodic)
@@ -435,7 +435,7 @@ static void *watchdog_main(void *arg)
         }
         pthread_cond_broadcast(&g.poller_gone_cv); /* cudafd_release_idle waits for the round and the waits that fired */
         if (unconfirmed) /* asked again in a moment, not in a busy loop */
-            cfd_cond_wait_ns(&g.watchdog_cv, 1000000);
+            cfd_watchdog_wait_ns(1000000);
     }
     free(batch);
     free(held);

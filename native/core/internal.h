@@ -297,6 +297,7 @@ static inline void cfd_count(int index, int64_t delta)
 
 int cfd_start_thread(void *(*fn)(void *), const char *name); /* g.mu held; counts it */
 void cfd_thread_exit_locked(void);                           /* g.mu held; uncounts it */
-void cfd_cond_wait_ns(pthread_cond_t *cv, int64_t ns);       /* g.mu held; at most ns */
+void cfd_init_conds(void);                                   /* g's conditions (load, a forked child) */
+void cfd_watchdog_wait_ns(int64_t ns);                       /* g.mu held; on g.watchdog_cv, at most ns */
 
 #endif /* CUDAFD_INTERNAL_H */
