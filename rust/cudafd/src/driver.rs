@@ -16,7 +16,7 @@ use std::sync::Mutex;
 
 use cudafd_sys as sys;
 
-use crate::error::{check, cu, string, Error};
+use crate::error::{cu, string, Error};
 
 pub(crate) type CUresult = c_int;
 pub(crate) type Handle = *mut c_void;
@@ -123,7 +123,7 @@ pub(crate) fn api() -> Result<&'static Api, Error> {
     if let Some(a) = *api {
         return Ok(a);
     }
-    check(unsafe { sys::cudafd_driver_load() }, "cudafd_driver_load")?;
+    crate::driver_load()?;
     let lib = Lib::open(&crate::driver_path())?;
     let a: &'static Api = Box::leak(Box::new(unsafe { Api::resolve(&lib)? }));
     *api = Some(a);

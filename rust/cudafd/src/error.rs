@@ -184,10 +184,65 @@ pub(crate) fn check(rc: c_int, call: &'static str) -> Result<(), Error> {
     }
 }
 
+/// Whether the libcudafd this process loaded follows the header these
+/// bindings declare ([`sys::CUDAFD_ABI_VERSION`]): a stale build of the
+/// library would take the crate's arguments for others. Called before the
+/// first use of the library by every entry point that loads the driver.
+pub(crate) fn check_abi() -> Result<(), Error> {
+    abi_matches(unsafe { sys::cudafd_abi_version() })
+}
+
+fn abi_matches(got: c_int) -> Result<(), Error> {
+    if got == sys::CUDAFD_ABI_VERSION {
+        return Ok(());
+    }
+    Err(Error::Cudafd {
+        code: sys::CUDAFD_E_STATE,
+        message: format!(
+            "libcudafd has ABI version {got}, this crate needs {} (a stale build: rebuild it, \
+             or point CUDAFD_LIB_DIR at a current one)",
+            sys::CUDAFD_ABI_VERSION
+        ),
+        call: "cudafd_abi_version",
+    })
+}
+
 /// A driver `CUresult` as a Result.
 pub(crate) fn cu(rc: c_int, call: &'static str) -> Result<(), Error> {
     match CudaError::new(rc) {
         None => Ok(()),
         Some(error) => Err(Error::Driver { error, call }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_linked_library_has_the_abi_of_these_bindings() {
+        check_abi().unwrap();
+    }
+
+    #[test]
+    fn another_abi_is_refused_with_both_versions() {
+        let err = abi_matches(sys::CUDAFD_ABI_VERSION - 1).unwrap_err();
+        match err {
+            Error::Cudafd {
+                code,
+                ref message,
+                call,
+            } => {
+                assert_eq!(code, sys::CUDAFD_E_STATE);
+                assert_eq!(call, "cudafd_abi_version");
+                let want = format!(
+                    "ABI version {}, this crate needs {}",
+                    sys::CUDAFD_ABI_VERSION - 1,
+                    sys::CUDAFD_ABI_VERSION
+                );
+                assert!(message.contains(&want), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -132,8 +132,11 @@ pub fn set_driver(path: &Path) -> Result<(), Error> {
 }
 
 /// Load and initialise the driver now (idempotent, thread-safe). Every call
-/// that needs it loads it anyway; this reports a missing driver early.
+/// that needs it loads it anyway; this reports a missing driver early. A
+/// libcudafd of another ABI than the crate's (a stale build) is refused with
+/// `CUDAFD_E_STATE` here and by [`Notifier::new`].
 pub fn driver_load() -> Result<(), Error> {
+    error::check_abi()?;
     check(unsafe { sys::cudafd_driver_load() }, "cudafd_driver_load")
 }
 

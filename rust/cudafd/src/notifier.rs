@@ -434,6 +434,7 @@ impl Notifier {
     /// `enable_io()`) gives [`Error::Io`] (with `panic = "unwind"`, Rust's
     /// default; Tokio's panic message is printed on the way).
     pub fn new(mechanism: Mechanism) -> Result<Notifier, Error> {
+        crate::error::check_abi()?;
         let mut raw = ptr::null_mut();
         check(
             unsafe { sys::cudafd_notifier_create(mechanism.raw(), &mut raw) },

@@ -49,7 +49,7 @@ use cudafd_sys as sys;
 use cudafd_sys::sim as ffi;
 
 use crate::driver::{api, Handle, Lib};
-use crate::error::{check, cu, CudaError, Error};
+use crate::error::{cu, CudaError, Error};
 use crate::notifier::CUstream;
 
 /// The simulator library, loaded and named to libcudafd as its driver.
@@ -125,7 +125,7 @@ pub fn load_from(path: &Path) -> Result<&'static Simulator, Error> {
         }
     };
     crate::set_driver(path)?;
-    check(unsafe { sys::cudafd_driver_load() }, "cudafd_driver_load")?;
+    crate::driver_load()?;
     let s: &'static Simulator = Box::leak(Box::new(s));
     *sim = Some(s);
     Ok(s)
