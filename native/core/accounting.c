@@ -86,29 +86,3 @@ int cfd_start_thread(void *(*fn)(void *), const char *name)
 }
 
 void cfd_thread_exit_locked(void) { cfd_count(ST_THREADS, -1); }
-
-/* The watchdog's timed waits run on CLOCK_MONOTONIC, so a step of the wall
- * clock (NTP, an administrator) neither stretches one into a hang nor ends
- * it early. */
-void cfd_init_conds(void)
-{
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&g.watchdog_cv, &attr);
-    pthread_condattr_destroy(&attr);
-    pthread_cond_init(&g.fill_cv, NULL);
-    pthread_cond_init(&g.poller_gone_cv, NULL);
-}
-
-__attribute__((constructor)) static void init_global(void) { cfd_init_conds(); }
-
-void cfd_watchdog_wait_ns(int64_t ns)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t t = (int64_t)ts.tv_nsec + ns;
-    ts.tv_sec += (time_t)(t / 1000000000);
-    ts.tv_nsec = (long)(t % 1000000000);
-    pthread_cond_timedwait(&g.watchdog_cv, &g.mu, &ts);
-}

@@ -1,5 +1,6 @@
 /*
- * fork.c - what a child made by fork() gets.
+ * fork.c - what a child made by fork() gets, and the conditions the core's
+ * threads sleep on, made at load and anew in a child.
  *
  * Facts relied on: fork() copies only the thread that calls it, so a child
  * has none of the core's threads (poller, watchdog) nor
@@ -21,8 +22,23 @@
  * they guard are consistent (a fork() during a first load waits for it).
  */
 #include <pthread.h>
+#include <time.h>
 
 #include "internal.h"
+
+/* g's conditions, at load and anew in a child. The watchdog's timed waits
+ * run on CLOCK_MONOTONIC, so a step of the wall clock (NTP, an administrator)
+ * neither stretches one into a hang nor ends it early. */
+static void init_conds(void)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&g.watchdog_cv, &attr);
+    pthread_condattr_destroy(&attr);
+    pthread_cond_init(&g.fill_cv, NULL);
+    pthread_cond_init(&g.poller_gone_cv, NULL);
+}
 
 static void before_fork(void)
 {
@@ -46,12 +62,13 @@ static void in_child(void)
     g.poller_running = g.poller_sleeping = false;
     g.watchdog_running = false;
     g.stat[ST_THREADS] = 0;
-    cfd_init_conds();
+    init_conds();
     pthread_mutex_unlock(&g.mu);
     cfd_driver_fork_done();
 }
 
-__attribute__((constructor)) static void register_fork_handlers(void)
+__attribute__((constructor)) static void at_load(void)
 {
+    init_conds();
     pthread_atfork(before_fork, in_parent, in_child);
 }

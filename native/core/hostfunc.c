@@ -350,6 +350,18 @@ static bool grow(struct ask **batch, uintptr_t **held, int *cap)
     return true;
 }
 
+/* Sleep on g.watchdog_cv (g.mu held) at most ns; fork.c makes it keep
+ * time by CLOCK_MONOTONIC. */
+static void watchdog_wait_ns(int64_t ns)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t t = (int64_t)ts.tv_nsec + ns;
+    ts.tv_sec += (time_t)(t / 1000000000);
+    ts.tv_nsec = (long)(t % 1000000000);
+    pthread_cond_timedwait(&g.watchdog_cv, &g.mu, &ts);
+}
+
 static void *watchdog_main(void *arg)
 {
     struct ask *batch = NULL;
@@ -372,7 +384,7 @@ static void *watchdog_main(void *arg)
         int64_t now = cfd_now_ns();
         bool periodic = now >= next_check;
         if (!periodic && g.hf_fired == 0) { /* woken early: a wait came, or a budget slot freed */
-            cfd_watchdog_wait_ns(next_check - now);
+            watchdog_wait_ns(next_check - now);
             continue;
         }
         if (periodic)
@@ -435,7 +447,7 @@ static void *watchdog_main(void *arg)
         }
         pthread_cond_broadcast(&g.poller_gone_cv); /* cudafd_release_idle waits for the round and the waits that fired */
         if (unconfirmed) /* asked again in a moment, not in a busy loop */
-            cfd_watchdog_wait_ns(1000000);
+            watchdog_wait_ns(1000000);
     }
     free(batch);
     free(held);

@@ -260,7 +260,7 @@ struct cfd_global {
                                       waits that fired (cudafd_release_idle waits for these) */
     int64_t poller_wake_at; /* while sleeping: when its timer fires (INT64_MAX: never) */
     /* hostfunc */
-    pthread_cond_t watchdog_cv;
+    pthread_cond_t watchdog_cv; /* CLOCK_MONOTONIC (fork.c) */
     pthread_cond_t fill_cv; /* a side-stream pool finished filling */
     bool watchdog_running;
     int probing; /* threads querying events they do not own: no event or record may be retired */
@@ -297,7 +297,5 @@ static inline void cfd_count(int index, int64_t delta)
 
 int cfd_start_thread(void *(*fn)(void *), const char *name); /* g.mu held; counts it */
 void cfd_thread_exit_locked(void);                           /* g.mu held; uncounts it */
-void cfd_init_conds(void);                                   /* g's conditions (load, a forked child) */
-void cfd_watchdog_wait_ns(int64_t ns);                       /* g.mu held; on g.watchdog_cv, at most ns */
 
 #endif /* CUDAFD_INTERNAL_H */
