@@ -292,8 +292,11 @@ void cfd_probe_begin(void) { g.probing++; }
  * retire them, so the probe that held them does. */
 void cfd_probe_end(void)
 {
-    if (--g.probing == 0 && g.nopen == 0)
+    if (--g.probing > 0)
+        return;
+    if (g.nopen == 0)
         cfd_quiesce_locked();
+    pthread_cond_broadcast(&g.poller_gone_cv); /* cudafd_release_idle waits for no probe */
 }
 
 /* An idle side stream, else a slot for a new one, else the least busy. */

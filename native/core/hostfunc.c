@@ -5,8 +5,8 @@
  * stream waits for it and then runs a host function (cuLaunchHostFunc). The
  * caller's stream never waits for the host function, so it pays only the
  * event record. The host function runs on the driver's callback thread, where
- * no CUDA call is allowed: the trampoline only queues the completion and
- * writes the eventfd (parking, never destroying, the event).
+ * no CUDA call is allowed: the trampoline only marks its wait fired and wakes
+ * the watchdog, which confirms the wait's event and completes it.
  *
  * Facts relied on (H200, bench/fault_bystanders.py):
  *  - A host function queued before its context faulted may still run after
@@ -36,8 +36,10 @@
  * ones queue behind it, also while the watchdog is launching it), so the
  * waits of a stream still complete in order. A wait put off is not held up
  * by the host functions in flight: its event is queried with the fault
- * queries once it is the oldest of its side stream, and once it reads done
- * the wait completes, never launched.
+ * queries once it is the oldest of its side stream (a side stream shared
+ * past CFD_SIDE_MAX streams may hold a launched wait ahead of it), and once
+ * it reads done the wait completes, never launched. A wait put off whose
+ * caller lets go of it (a cancel, its notifier's close) ends then.
  *
  * Side streams (contexts.c): the waits of one caller's stream share one, so
  * their host functions run in order; a stream with nothing in flight gets an
@@ -152,6 +154,32 @@ void cfd_hostfunc_end_faulted_locked(void)
     }
 }
 
+/* A caller lets go of a hostfunc wait (cudafd_cancel). One put off goes at
+ * once: no host function of it was launched, so none will run, and left in
+ * the queue the watchdog's fault check would go on asking about its event
+ * and it would keep its side stream, in a context the caller may destroy
+ * once its own work is over (cudafd_release_idle). One launched stays until
+ * its host function runs or a fault ends it. g.mu held; w may be freed. */
+void cfd_hostfunc_drop_locked(cfd_wait *w)
+{
+    cfd_wait_drop(w);
+    if (!w->launched) {
+        hf_leave(w);
+        cfd_wait_complete(w, 0, false);
+    }
+}
+
+/* The same for every wait put off that was let go of (its notifier closed). */
+void cfd_hostfunc_end_dropped_locked(void)
+{
+    cfd_wait *next;
+    for (cfd_wait *w = g.hf_defer_head; w; w = next) {
+        next = w->dnext;
+        if (!w->n)
+            cfd_hostfunc_drop_locked(w);
+    }
+}
+
 static void trampoline(void *data)
 {
     uint64_t token = (uint64_t)(uintptr_t)data;
@@ -246,19 +274,26 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, ui
     if (watchdog_idle || (!launch && g.stat[ST_NOTIFY] < CFD_NOTIFY_MAX))
         pthread_cond_signal(&g.watchdog_cv);
     uint64_t tok = w->token;
-    pthread_mutex_unlock(&g.mu);
     *token = tok;
-    if (!launch)
+    if (!launch) {
+        pthread_mutex_unlock(&g.mu);
         return CUDAFD_OK;
-
-    /* From here the trampoline may run (and free w) at any moment. */
+    }
+    /* From here the trampoline may run, or a fault end the wait, and free w
+     * at any moment, and with it its hold on the side stream: the launch is a
+     * probe, so that no release retires the side stream under it. */
+    cfd_probe_begin();
+    pthread_mutex_unlock(&g.mu);
     r = cu.cuLaunchHostFunc(side, trampoline, (void *)(uintptr_t)tok);
-    if (r == CUDA_SUCCESS)
+    pthread_mutex_lock(&g.mu);
+    cfd_probe_end();
+    if (r == CUDA_SUCCESS) {
+        pthread_mutex_unlock(&g.mu);
         return CUDAFD_OK;
+    }
     /* A fault reported for the wait already (the watchdog's query, or a sweep
      * after another wait's fault) is what refused the launch: the watch
      * stands, its completion queued. Else it fails and leaves nothing. */
-    pthread_mutex_lock(&g.mu);
     bool refused = false;
     if ((w = cfd_wait_lookup(tok)) != NULL) {
         refused = !w->delivered;
@@ -273,14 +308,12 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, ui
 }
 
 /* Launch the host functions put off, in order, while the budget allows
- * (watchdog thread, g.mu held; released around each launch). A wait cannot
- * leave the hostfunc list before its launch (only its host function, a
- * fault query of this thread, or a failed launch take it out), so w and
- * its side stream stay valid meanwhile; the launch counts as a probe, so
- * the last notifier's close cannot retire the side stream under it. A wait
- * detached meanwhile (cancelled, its notifier closed) is dropped unlaunched:
- * nobody asks about it, and once no notifier is open its side stream is
- * retired. */
+ * (watchdog thread, g.mu held; released around each launch). The launch
+ * counts as a probe, so no release retires its side stream under it; the
+ * wait may end meanwhile (a fault sweep's end in cudafd_release_idle), so it
+ * is looked up again after. A wait at the head whose result a fault sweep
+ * delivered already (detached, never launched) is dropped unlaunched:
+ * nobody asks about it. */
 static void launch_deferred(CUcontext *current)
 {
     while (g.hf_defer_head) {

@@ -235,6 +235,11 @@ int cfd_hostfunc_watch(struct cudafd_notifier *n, cfd_ctx *cx, CUstream user_str
                        CUevent user_event, uint64_t *token);
 /* End the hostfunc waits of faulted contexts, asked about no more (hostfunc.c). g.mu held. */
 void cfd_hostfunc_end_faulted_locked(void);
+/* A caller lets go of a hostfunc wait (cancel); one put off, never launched,
+ * ends at once (hostfunc.c). g.mu held; w may be freed. */
+void cfd_hostfunc_drop_locked(cfd_wait *w);
+/* The same for every wait put off whose notifier closed. g.mu held. */
+void cfd_hostfunc_end_dropped_locked(void);
 /* Host notifications: work the GPU must tell the host about when it gets
  * there (a host function, a record of a blocking-sync event). The driver
  * keeps only a few in flight per context: past them (31-40 host functions

@@ -142,6 +142,7 @@ CFD_API int cudafd_notifier_close(cudafd_notifier *n)
     pthread_mutex_lock(&g.mu);
     if (!n->closed) {
         cfd_detach_all(n);
+        cfd_hostfunc_end_dropped_locked();
         pthread_mutex_lock(&n->mu);
         __atomic_store_n(&n->closed, true, __ATOMIC_RELEASE);
         bool was_quiet = n->qlen == 0;
@@ -207,15 +208,19 @@ CFD_API int cudafd_release_idle(void)
         pthread_cond_signal(&g.watchdog_cv);
         pthread_cond_wait(&g.poller_gone_cv, &g.mu);
     }
+    /* A probe (an ask on another thread, the watchdog's round or a launch)
+     * keeps what it may touch; the steps above let go of g.mu, so one may
+     * have begun since. Once none runs, none begins before this returns. */
+    while (g.probing > 0)
+        pthread_cond_wait(&g.poller_gone_cv, &g.mu);
     int64_t before = g.stat[ST_STREAMS];
     /* The semaphores first: freeing a context's record may release the
      * last reference to a primary context, and theirs die with it. */
-    if (!g.probing)
-        cfd_syncfd_release_idle_locked();
-    if (g.nopen == 0 && !g.probing) {
+    cfd_syncfd_release_idle_locked();
+    if (g.nopen == 0) {
         cfd_retire_side_streams_locked();
         cfd_quiesce_locked();
-    } else if (g.nopen > 0) {
+    } else {
         cfd_release_unused_locked();
     }
     int released = (int)(before - g.stat[ST_STREAMS]);

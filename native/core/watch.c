@@ -365,6 +365,8 @@ CFD_API int cudafd_cancel(cudafd_notifier *n, uint64_t token)
     else if (!w || w->n != n)
         rc = cfd_fail(CUDAFD_E_UNKNOWN_TOKEN, "token %llu is not pending on this notifier",
                       (unsigned long long)token);
+    else if (w->mech == CUDAFD_MECH_HOSTFUNC)
+        cfd_hostfunc_drop_locked(w);
     else
         cfd_wait_drop(w); /* the GPU work goes on; the poller lets the wait go (waiters.c) */
     pthread_mutex_unlock(&g.mu);

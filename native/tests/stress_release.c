@@ -9,6 +9,11 @@
  * unlocked query) may be asking about it. Each case keeps another notifier
  * open, as a long-lived program does, and checks the simulator's count of
  * calls given a dead event (index 6) did not move after the context went.
+ * For hostfunc: a wait put off (the host functions' budget spent by another
+ * context) and then cancelled, or its notifier closed, ends at once; a
+ * release while an ask runs on another thread waits for it and frees what it
+ * should; a release while a watch's own launch is held up does not destroy
+ * the side stream under it.
  */
 #include <pthread.h>
 #include <unistd.h>
@@ -153,6 +158,167 @@ static void test_record_failure_during_a_probe(void)
     sim_ctx_destroy(mine);
 }
 
+/* Another context's waits hold every host function of the budget (behind
+ * 300 ms of work), so a watch on an idle stream of `mine` is put off. */
+struct spent_budget {
+    cudafd_notifier *n;
+    CUcontext other;
+    CUstream busy;
+    int watched;
+};
+
+static void spend_budget(struct spent_budget *b)
+{
+    cudafd_notifier_create(CUDAFD_MECH_HOSTFUNC, &b->n);
+    sim_ctx_create(0, &b->other);
+    b->busy = new_stream(b->other);
+    sim_launch(b->busy, 300 * MS, 0);
+    uint64_t t = 0;
+    int64_t before = -1;
+    for (b->watched = 0; b->watched < 64 && core_stat(7) > before; b->watched++) { /* until one is put off */
+        before = core_stat(7);
+        CHECK(cudafd_watch_stream(b->n, (uintptr_t)b->busy, &t) == CUDAFD_OK, "watch %d of the busy stream",
+              b->watched);
+    }
+}
+
+/* Its work over (every wait reported), the other context goes. */
+static void unspend_budget(struct spent_budget *b)
+{
+    cudafd_completion c[64];
+    CHECK(collect(b->n, c, b->watched, 5.0) == b->watched, "the busy stream's %d waits", b->watched);
+    cudafd_notifier_destroy(b->n);
+    sim_stream_destroy(b->busy);
+    sim_ctx_destroy(b->other);
+    cudafd_release_idle();
+}
+
+static void test_put_off_wait_let_go(bool by_close)
+{
+    struct spent_budget b;
+    spend_budget(&b);
+    cudafd_notifier *n = NULL;
+    cudafd_notifier_create(CUDAFD_MECH_HOSTFUNC, &n);
+    CUcontext mine = NULL;
+    sim_ctx_create(0, &mine);
+    CUstream s = new_stream(mine);
+    uint64_t t = 0;
+    int64_t pending = core_stat(3);
+    CHECK(cudafd_watch_stream(n, (uintptr_t)s, &t) == CUDAFD_OK, "watch, put off");
+    if (by_close)
+        cudafd_notifier_close(n);
+    else
+        CHECK(cudafd_cancel(n, t) == CUDAFD_OK, "cancel");
+    CHECK(core_stat(3) == pending, "close %d: the wait put off ended at once (%lld pending, %lld before)", by_close,
+          (long long)core_stat(3), (long long)pending);
+    int64_t dead = dead_calls();
+    cudafd_release_idle();
+    sim_stream_destroy(s);
+    sim_ctx_destroy(mine); /* its own work is over: cudafd.h allows it now */
+    usleep(50 * 1000);     /* past the watchdog's next rounds */
+    CHECK(dead_calls() == dead, "close %d: %lld calls given a dead event", by_close,
+          (long long)(dead_calls() - dead));
+    cudafd_notifier_destroy(n);
+    unspend_budget(&b);
+}
+
+/* cudafd_release_idle while another thread's ask queries (300 ms held up):
+ * it waits for the ask, then frees the idle context's side streams. */
+static void test_release_during_an_ask(void)
+{
+    cudafd_notifier *asker = NULL, *n = NULL;
+    cudafd_notifier_create(CUDAFD_MECH_EVENT, &asker);
+    cudafd_notifier_set_max_lateness(asker, 1000 * MS);
+    cudafd_notifier_create(CUDAFD_MECH_HOSTFUNC, &n);
+    CUcontext other = NULL, mine = NULL;
+    sim_ctx_create(0, &other);
+    sim_ctx_create(0, &mine);
+    CUstream so = new_stream(other), s = new_stream(mine);
+    sim_launch(so, 500 * MS, 0);
+    struct asker a = {asker, 0};
+    CHECK(cudafd_watch_stream(asker, (uintptr_t)so, &a.token) == CUDAFD_OK, "watch the other context");
+    uint64_t t = 0;
+    sim_launch(s, 1 * MS, 0);
+    CHECK(cudafd_watch_stream(n, (uintptr_t)s, &t) == CUDAFD_OK, "hostfunc watch");
+    cudafd_completion c[1];
+    CHECK(collect(n, c, 1, 5.0) == 1 && c[0].status == 0, "the hostfunc wait");
+    int64_t records = core_stat(5);
+    sim_delay_next_query(300 * MS);
+    pthread_t th;
+    pthread_create(&th, NULL, ask_once, &a);
+    usleep(50 * 1000); /* the ask is in its query */
+    int released = cudafd_release_idle();
+    CHECK(released > 0 && core_stat(5) < records,
+          "a release during an ask freed %d side streams, %lld records of %lld", released,
+          (long long)core_stat(5), (long long)records);
+    int64_t dead = dead_calls();
+    sim_stream_destroy(s);
+    sim_ctx_destroy(mine);
+    pthread_join(th, NULL);
+    cudafd_notifier_destroy(n);
+    cudafd_notifier_destroy(asker);
+    cudafd_release_idle();
+    CHECK(dead_calls() == dead, "%lld calls given a dead event", (long long)(dead_calls() - dead));
+    sim_stream_destroy(so);
+    sim_ctx_destroy(other);
+}
+
+struct watcher {
+    cudafd_notifier *n;
+    CUcontext ctx;
+    CUstream s;
+    int rc;
+};
+
+static void *watch_once(void *p)
+{
+    struct watcher *w = p;
+    uint64_t t = 0;
+    w->rc = cudafd_watch_stream(w->n, (uintptr_t)w->s, &t);
+    return NULL;
+}
+
+/* A watch's own launch is held up 300 ms; meanwhile its context faults, the
+ * watchdog ends the wait, and another thread closes the notifier and releases.
+ * The side stream must outlive the launch: destroyed under it, its handle
+ * would go to the next stream made (here `later`'s), and the launch with it. */
+static void test_release_during_a_launch(void)
+{
+    CHECK(cudafd_set_option(CUDAFD_OPT_WATCHDOG_NS, 20 * MS) == CUDAFD_OK, "watchdog period 20 ms");
+    struct watcher w = {NULL, NULL, NULL, 0};
+    cudafd_notifier_create(CUDAFD_MECH_HOSTFUNC, &w.n);
+    sim_ctx_create(0, &w.ctx);
+    w.s = new_stream(w.ctx);
+    CHECK(cudafd_prepare(w.n, (uintptr_t)w.s) == CUDAFD_OK, "prepare (its side streams)");
+    sim_launch(w.s, 20 * MS, CUDA_ERROR_ILLEGAL_ADDRESS);
+    sim_delay_next_host_launch(300 * MS);
+    pthread_t th;
+    pthread_create(&th, NULL, watch_once, &w);
+    usleep(150 * 1000); /* the fault, and the watchdog's query of the wait */
+    cudafd_notifier_close(w.n);
+    cudafd_release_idle();
+    CUcontext later = NULL;
+    sim_ctx_create(0, &later);
+    CUstream made[40]; /* more than a context's side streams (32) */
+    for (int i = 0; i < 40; i++)
+        made[i] = new_stream(later);
+    int64_t st[CUDAFDSIM_STAT_COUNT];
+    sim_stats(st, CUDAFDSIM_STAT_COUNT);
+    int64_t ran = st[4];
+    pthread_join(th, NULL);
+    usleep(50 * 1000);
+    sim_stats(st, CUDAFDSIM_STAT_COUNT);
+    CHECK(st[4] == ran, "%lld host functions ran on streams made after the release", (long long)(st[4] - ran));
+    cudafd_notifier_destroy(w.n);
+    cudafd_release_idle();
+    for (int i = 0; i < 40; i++)
+        sim_stream_destroy(made[i]);
+    sim_ctx_destroy(later);
+    sim_stream_destroy(w.s);
+    sim_ctx_destroy(w.ctx);
+    CHECK(cudafd_set_option(CUDAFD_OPT_WATCHDOG_NS, 10 * MS) == CUDAFD_OK, "watchdog period back");
+}
+
 void test_release(void)
 {
     test_taken_wait_leaves(CUDAFD_MECH_EVENT, 0);
@@ -160,4 +326,8 @@ void test_release(void)
     test_swept_wait_leaves(CUDAFD_MECH_EVENT);
     test_swept_wait_leaves(CUDAFD_MECH_HOSTFUNC);
     test_record_failure_during_a_probe();
+    test_put_off_wait_let_go(false);
+    test_put_off_wait_let_go(true);
+    test_release_during_an_ask();
+    test_release_during_a_launch();
 }
