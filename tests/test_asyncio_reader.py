@@ -93,6 +93,37 @@ def test_keeping_the_reader_costs_one_look_per_wait(dev, monkeypatch):
     assert (after["fd_holds"], after["loop_busy"]) == (0, 0), after
 
 
+def test_a_reader_with_nothing_parked_leaves_another_owners_completion(dev):
+    """A lingering reader fires while its loop has a wait in progress (busy) but nothing
+    parked: what is queued is another owner's (here an adapter token of no future of this
+    loop's, as another loop's would be, that claimed the Notifier meanwhile). It must not
+    drain it, or that wait never returns."""
+    from cudafd._core.targets import resolve
+    from cudafd._loops import asyncio_loop
+
+    mine, other = dev.stream(), dev.stream()
+
+    async def body():
+        n = cudafd.Notifier()
+        parked = asyncio_loop._Parked(asyncio.get_running_loop(), n, lambda: True)
+        mine.launch(1.0)
+        token = n.adapter_watch(resolve(mine))
+        parked.park(token)  # registers the reader
+        other.launch(0.01)
+        theirs = n.adapter_watch(resolve(other))
+        parked.forget(token)  # nothing parked now; "a wait in progress" (busy) all along
+        for _ in range(200):
+            await asyncio.sleep(0.005)  # the reader fires once the other's end is queued
+            if other.idle() and parked.fd < 0:
+                break
+        return n, theirs, parked.fd, n.adapter_drain()
+
+    n, theirs, fd, drained = asyncio.run(body())
+    n.close()
+    assert fd < 0  # it fired, and unregistered instead of draining
+    assert [t for t, _ in drained] == [theirs], drained
+
+
 def test_the_reader_goes_when_the_next_wait_takes_the_fast_path(dev):
     s = dev.stream()
     loop = asyncio.new_event_loop()

@@ -239,3 +239,19 @@ def test_a_fault_reaches_a_spin_wait_through_its_ask(dev, loop_flavor):
 
     took = run(loop_flavor, "spin", body)
     assert took < LATE_S / 4, f"the fault took {took:.3f} s to reach the wait"
+
+
+def test_a_failing_stream_key_leaves_no_wait_watched():
+    """The asking line's key (a driver call) is looked up before the watch: if it fails,
+    the wait raises with nothing watched, nothing left for anyone to cancel."""
+
+    class _KeyFails(_Stub):
+        def adapter_stream_key(self, t) -> int:
+            raise cudafd.CudaError(201, where="cudafd_stream_key")
+
+    n, policy = _KeyFails(), WaitPolicy()
+    steps = policy.steps(n, _T())
+    assert next(steps) is None  # lone: asked again once
+    with pytest.raises(cudafd.CudaError):
+        next(steps)
+    assert n.next == 0 and n.cancelled == [] and not policy.busy()

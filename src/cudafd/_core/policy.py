@@ -158,13 +158,15 @@ class WaitPolicy:
                     yield None
                 if streams[key] == len(line) and notifier.adapter_done_now(t):  # none earlier in progress
                     return
+                asks = notifier.adapter_asks
+                if asks:  # (before the watch: a failure here leaves no wait behind)
+                    lkey = notifier.adapter_stream_key(t) if t.kind == "stream" else t.handle
                 token = notifier.adapter_watch(t)
             finally:
                 line.remove(me)
                 if not line:
                     del unwatched[key]
-            if notifier.adapter_asks:
-                lkey = notifier.adapter_stream_key(t) if t.kind == "stream" else t.handle
+            if asks:
                 line = self._asking.get(lkey)
                 if line is None:
                     line = self._asking[lkey] = deque()

@@ -172,9 +172,11 @@ class _Parked:
 
     def on_readable(self) -> bool:
         """Drain and resolve; True if anything was reported. A reader with nothing parked
-        and no wait in progress has no token to find: it unregisters instead (what is
-        queued is another owner's, or the sans-io side's)."""
-        if not self.futures and not self.busy():
+        has no token to find, a wait in progress or not (a wait parks its token before the
+        loop's next pass): what is queued is another owner's (another loop's, that claimed
+        the Notifier meanwhile, or the sans-io side's), and a drain here would lose it. It
+        unregisters instead; the next park registers it again."""
+        if not self.futures:
             self.disarm()
             return False
         try:
