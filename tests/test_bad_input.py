@@ -170,6 +170,32 @@ def test_a_notifier_serves_one_loop_at_a_time(dev, busy):
     n.close()
 
 
+def test_a_wait_called_in_one_loop_and_awaited_in_another_is_refused(dev):
+    """cudafd.wait() binds the running loop when called; awaited in another loop it raises
+    at once, before touching either loop or its Notifier, and leaves nothing pending."""
+    import asyncio
+
+    s = dev.stream()
+    s.launch(0.05)
+
+    async def make():
+        return cudafd.wait(s)
+
+    async def wait_here():
+        await cudafd.wait(s)  # this loop's own wait works
+        return cudafd.stats()["pending"]
+
+    first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        coro = first.run_until_complete(make())
+        with pytest.raises(cudafd.CudafdError, match="awaited in another"):
+            second.run_until_complete(coro)
+        assert second.run_until_complete(wait_here()) == 0
+    finally:
+        first.close()
+        second.close()
+
+
 @pytest.mark.skipif(REAL, reason="the simulator's own API: tested on the simulator")
 def test_simulated_launch_says_what_a_length_is():
     dev = cudafd.sim.Device()

@@ -61,6 +61,7 @@ import asyncio
 import functools
 import types
 import weakref
+from asyncio.events import _get_running_loop
 from collections.abc import Callable, Generator
 
 from .._core.errors import CudafdError
@@ -75,6 +76,10 @@ __all__ = [
     "close_default_notifier",
 ]
 
+_OTHER_LOOP = (
+    "this cudafd.wait() was called in one event loop and awaited in another: call it in "
+    "the loop that awaits it (inside the coroutine that loop runs)"
+)
 _NO_READER = (
     "this event loop cannot watch file descriptors (no add_reader: the Windows "
     "ProactorEventLoop?): use a selector event loop or uvloop"
@@ -256,6 +261,8 @@ class Dispatcher:
 
     async def wait(self, loop: asyncio.AbstractEventLoop, target: object) -> None:
         """Wait for ``target`` (module docstring); cancellation detaches the wait (GPU work goes on)."""
+        if _get_running_loop() is not loop:  # made by cudafd.wait() in one loop, awaited in another
+            raise CudafdError(_OTHER_LOOP)
         notifier = self._notifier_ref()
         if notifier is None:  # pragma: no cover - the caller holds it
             raise CudafdError("the Notifier is gone")
