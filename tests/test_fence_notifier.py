@@ -179,3 +179,32 @@ def test_an_awaited_fence_dropped_without_close_is_freed_at_once(dev, loop_flavo
         assert [r() for r in refs] == [None, None]
     finally:
         gc.enable()
+
+
+def test_a_fence_awaited_in_a_closed_loop_gives_the_fd_back_on_close(dev, mechanism):
+    """A loop closed while a task it ran awaits a Fence, the program still holding the
+    task: the Fence's close gives the fd back at once (nothing runs on that loop to do it)."""
+    import asyncio
+
+    s = dev.stream()
+    loop = asyncio.new_event_loop()
+    s.launch(0.5)
+    f = cudafd.fence(s, mechanism=mechanism)
+
+    async def awaiting():
+        await f
+
+    task = loop.create_task(awaiting())
+
+    async def until_awaited():
+        while f._notifier.statistics()["fd_holds"] == 0:
+            await asyncio.sleep(0)
+
+    loop.run_until_complete(until_awaited())
+    loop.close()  # the task stays pending, and referenced
+    f.close()
+    after = f._notifier.statistics()
+    assert (after["fd_holds"], after["fd_open"]) == (0, 0), after
+    assert not task.done()
+    task._log_destroy_pending = False  # (it never ends: its loop is closed)
+    s.synchronize()

@@ -112,6 +112,10 @@ class WaitPolicy:
         """True while a wait that went past the fast path is in progress."""
         return bool(self._streams)
 
+    def asking_tokens(self) -> list[int]:
+        """The tokens of the waits asking about themselves (step 4) now."""
+        return [token for line in self._asking.values() for token in line]
+
     def steps(self, notifier: Any, t: Any) -> Generator[int | None, None, None]:
         """The steps of one wait on the resolved target ``t`` (module docstring): yields
         None (yield to the loop once) or a token (park until it is reported); ends when over."""

@@ -76,6 +76,22 @@ class _ReadinessWaiter:
             self._disarm()
         return ready
 
+def _new_holder(notifier: Notifier) -> list[_ReadinessWaiter | None]:
+    """The Notifier's slot for its waiter, with a close hook: a waiter whose loop was
+    closed (nothing runs there, its futures never resolve) gives the fd back when the
+    Notifier closes, rather than when its tasks are collected."""
+    holder: list[_ReadinessWaiter | None] = [None]
+
+    def closed() -> None:
+        waiter = holder[0]
+        if waiter is not None and waiter._loop is not None and waiter._loop.is_closed():
+            waiter._futures.clear()
+            waiter._disarm()
+
+    notifier.adapter_on_close(closed)
+    return holder
+
+
 async def wait_readiness(notifier: Notifier, check: Callable[[], bool]) -> None:
     """Wait on the running loop until ``check()`` is True, re-checking whenever the fd is readable.
 
@@ -85,7 +101,7 @@ async def wait_readiness(notifier: Notifier, check: Callable[[], bool]) -> None:
     Cancellation unregisters only this waiter.
     """
     loop = asyncio.get_running_loop()
-    holder = notifier.adapter_state(_ReadinessWaiter, lambda: [None])
+    holder = notifier.adapter_state(_ReadinessWaiter, lambda: _new_holder(notifier))
     waiter = holder[0]
     if waiter is None:
         waiter = holder[0] = _ReadinessWaiter(notifier, check)

@@ -240,7 +240,14 @@ class Dispatcher:
         """Close hook (any thread): unregister a reader left with nothing parked now where
         that is safe (the loop is stopped, or running on this thread), else at the loop's
         next pass. A reader with futures parked drains their ClosedErrors first, except on
-        a closed loop, where nothing runs: its waits are forgotten."""
+        a closed loop, where nothing runs: its waits are forgotten, the parked ones and
+        those whose tasks ask (spin), which would otherwise hold the Notifier's fd for as
+        long as their tasks are kept."""
+        loop = self._loop_ref()
+        notifier = self._notifier_ref()
+        if loop is not None and loop.is_closed() and notifier is not None:
+            for token in self._policy.asking_tokens():
+                notifier.cancel(token)
         parked = self._parked()
         if parked is None or parked.fd < 0:
             return
