@@ -76,10 +76,7 @@ __all__ = [
     "close_default_notifier",
 ]
 
-_OTHER_LOOP = (
-    "this cudafd.wait() was called in one event loop and awaited in another: call it in "
-    "the loop that awaits it (inside the coroutine that loop runs)"
-)
+_OTHER_LOOP = "this cudafd.wait() was called in one event loop and awaited in another: call it where it is awaited"
 _NO_READER = (
     "this event loop cannot watch file descriptors (no add_reader: the Windows "
     "ProactorEventLoop?): use a selector event loop or uvloop"
@@ -241,10 +238,8 @@ class Dispatcher:
         that is safe (the loop is stopped, or running on this thread), else at the loop's
         next pass. A reader with futures parked drains their ClosedErrors first, except on
         a closed loop, where nothing runs: its waits are forgotten, the parked ones and
-        those whose tasks ask (spin), which would otherwise hold the Notifier's fd for as
-        long as their tasks are kept."""
-        loop = self._loop_ref()
-        notifier = self._notifier_ref()
+        those whose tasks ask (spin), which would hold the fd as long as the tasks live."""
+        loop, notifier = self._loop_ref(), self._notifier_ref()
         if loop is not None and loop.is_closed() and notifier is not None:
             for token in self._policy.asking_tokens():
                 notifier.cancel(token)
