@@ -217,8 +217,9 @@ int cudafd_watch_event_fence(cudafd_notifier *n, uintptr_t event, uint64_t *toke
  * fence, pollfd, trigger, poll. Valid for the life of the process. */
 const char *cudafd_syncfd_report(void);
 /* Detach a pending wait: it will not be reported, and the event poller lets
- * it go at its next round instead of asking about it until its work ends.
- * The GPU work is unaffected. CUDAFD_E_UNKNOWN_TOKEN if the token is not
+ * it go at its next round instead of asking about it until its work ends; a
+ * hostfunc wait whose host function was put off (16 in flight) ends at once,
+ * one launched once its host function runs. The GPU work is unaffected. CUDAFD_E_UNKNOWN_TOKEN if the token is not
  * pending on n (reported already, or cancelled), CUDAFD_E_CLOSED once n is
  * closed (its waits are detached then). */
 int cudafd_cancel(cudafd_notifier *n, uint64_t token);
@@ -253,7 +254,8 @@ void cudafd_notifier_destroy(cudafd_notifier *n);
  * already (to cudafd_ask_token, or early with a fault of their context),
  * though it may be asking about one at that moment; it ends the hostfunc
  * waits of a faulted context, and waits for the hostfunc watchdog to take
- * those whose host function ran. So none is asked about after it returns
+ * those whose host function ran, and for every query or launch in flight on
+ * another thread (an ask, the watchdog's). So none is asked about after it returns
  * (hostfunc waits whose host function has not run yet, in a context without
  * a fault, are still asked about by the watchdog until it runs: synchronize
  * their work first). It then destroys the idle
