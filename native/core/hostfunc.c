@@ -368,14 +368,14 @@ struct ask {
 };
 
 /* Double the capacity of the watchdog's two round arrays (g.mu held). */
-static bool grow(struct ask **batch, uintptr_t **held, int *cap)
+static bool grow(struct ask **batch, int **held, int *cap)
 {
     int n = *cap ? 2 * *cap : CFD_NOTIFY_MAX;
     struct ask *b = realloc(*batch, (size_t)n * sizeof *b);
     if (!b)
         return false;
     *batch = b;
-    uintptr_t *h = realloc(*held, (size_t)n * sizeof **held);
+    int *h = realloc(*held, (size_t)n * sizeof **held);
     if (!h)
         return false;
     *held = h;
@@ -398,7 +398,7 @@ static void watchdog_wait_ns(int64_t ns)
 static void *watchdog_main(void *arg)
 {
     struct ask *batch = NULL;
-    uintptr_t *held = NULL; /* keys with an earlier wait of this round still pending */
+    int *held = NULL; /* the round's queries whose wait stays pending (its stream's later ones wait) */
     int cap = 0;            /* of both: grown to the round's queries (one a side stream, plus the fired waits) */
     CUcontext current = NULL;
     int64_t next_check = 0; /* fault queries once a period, however often it is woken */
@@ -465,8 +465,8 @@ static void *watchdog_main(void *arg)
              * still pending */
             bool done = batch[i].r == CUDA_SUCCESS && (w->fired || !w->launched);
             if (done)
-                for (int j = 0; j < nheld && done; j++)
-                    done = held[j] != batch[i].key;
+                for (int j = 0; j < nheld && done; j++) /* a stream is its key in its context */
+                    done = batch[held[j]].key != batch[i].key || batch[held[j]].ctx != batch[i].ctx;
             if (batch[i].r != CUDA_SUCCESS && batch[i].r != CUDA_ERROR_NOT_READY) {
                 hf_leave(w);
                 cfd_wait_complete(w, batch[i].r, false); /* a fault: no order to keep */
@@ -475,7 +475,7 @@ static void *watchdog_main(void *arg)
                 cfd_wait_complete(w, CUDA_SUCCESS, false);
             } else {
                 unconfirmed |= w->fired;
-                held[nheld++] = batch[i].key;
+                held[nheld++] = i;
             }
         }
         pthread_cond_broadcast(&g.poller_gone_cv); /* cudafd_release_idle waits for the round and the waits that fired */

@@ -12,7 +12,8 @@
  *  - cuStreamDestroy releases the handle at once; queued work still runs and
  *    the object is freed when its queue drains (as the driver does). The
  *    next stream created gets the same handle (sim_handles.c), as on an H200;
- *    cuStreamGetId tells them apart.
+ *    cuStreamGetId tells them apart (from CUDA 12.0: pretending to be an
+ *    older driver, $CUDAFD_SIM_DRIVER_VERSION, it fails).
  *  - Stream synchronisation waits for the operations enqueued before the
  *    call (done_count reaching the enqueue count seen at the call), so work
  *    enqueued meanwhile by other threads cannot starve it.
@@ -389,6 +390,8 @@ SIM_API CUresult cuStreamGetCtx(CUstream stream, CUcontext *ctx)
 SIM_API CUresult cuStreamGetId(CUstream stream, unsigned long long *id)
 {
     SIM_CHECK_INIT();
+    if (sim_driver_version() < 12000)
+        return CUDA_ERROR_NOT_FOUND; /* pretending to be an older driver, which has no such call */
     if (!id)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&sim.lock);

@@ -701,6 +701,49 @@ static void test_fork_during_load(void)
           got == 4 ? "the child hung" : got == 5 ? "the child was refused unclearly, or the load failed" : "failed", got);
 }
 
+/* On a driver without stream ids (CUDA 11, JetPack 5) the legacy default
+ * streams of two contexts share one key, 0. The hostfunc watchdog's rounds
+ * hold back a wait that is over while an earlier wait of its stream is
+ * pending; that earlier wait must be of the same stream in the same context,
+ * not the other context's legacy stream behind a long kernel. Here both are
+ * put off (another stream holds the host functions' budget), so only those
+ * rounds end them. A child pretends to be a CUDA 11.4 driver (the simulator
+ * reads that once). */
+static void test_legacy_streams_of_two_contexts(void)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("CUDAFD_SIM_DRIVER_VERSION", "11040", 1);
+        load_sim();
+        CUcontext a = NULL, b = NULL, c = NULL, ignored = NULL;
+        sim_ctx_create(0, &a);
+        sim_ctx_create(0, &b);
+        sim_ctx_create(0, &c);
+        cudafd_notifier *n = NULL, *spent = NULL;
+        int rc = cudafd_notifier_create(CUDAFD_MECH_HOSTFUNC, &n);
+        rc |= cudafd_notifier_create(CUDAFD_MECH_HOSTFUNC, &spent);
+        CUstream busy = new_stream(c);
+        sim_launch(busy, 2000 * 1000 * 1000ull, 0);
+        uint64_t t = 0, ta = 0, tb = 0;
+        for (int i = 0; i < 20; i++) /* more than the budget (16) */
+            rc |= cudafd_watch_stream(spent, (uintptr_t)busy, &t);
+        sim_push(b);
+        sim_launch(NULL, 2000 * 1000 * 1000ull, 0);
+        rc |= cudafd_watch_stream(n, 0, &tb);
+        sim_pop(&ignored);
+        sim_push(a);
+        sim_launch(NULL, 1000 * 1000, 0);
+        rc |= cudafd_watch_stream(n, 0, &ta);
+        sim_pop(&ignored);
+        cudafd_completion got[1];
+        int k = collect(n, got, 1, 1.5); /* well before b's kernel ends */
+        _exit(rc != CUDAFD_OK ? 3 : k != 1 ? 4 : got[0].token != ta ? 5 : 0);
+    }
+    int got = exit_status(pid, 20.0);
+    CHECK(got == 0, "a CUDA 11 driver's legacy streams of two contexts: %s (%d)",
+          got == 4 ? "the wait in a was held behind b's" : got == 3 ? "a call failed" : "failed", got);
+}
+
 /* A child closes and destroys a notifier it inherited (as a Python child's
  * finaliser does): the parent's fd, the same kernel object, does not turn
  * readable with nothing queued. */
@@ -1194,6 +1237,7 @@ int main(void)
     setenv("CUDAFD_SIM_FAULT_SCOPE", "context", 1);
     test_fork_during_load(); /* first: the driver is not loaded in this process yet */
     test_fork_inside_load();
+    test_legacy_streams_of_two_contexts();
     load_sim();
     int rc = cudafd_driver_load();
     if (rc != CUDAFD_OK) {
