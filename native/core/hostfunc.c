@@ -6,7 +6,10 @@
  * caller's stream never waits for the host function, so it pays only the
  * event record. The host function runs on the driver's callback thread, where
  * no CUDA call is allowed: the trampoline only marks its wait fired and wakes
- * the watchdog, which confirms the wait's event and completes it.
+ * the watchdog, which confirms the wait's event and completes it. It waits
+ * for the core's lock at most 2 ms (fired_later, below), so that a thread
+ * holding it inside a driver call that waits for the GPU cannot stall the
+ * host functions the GPU waits for.
  *
  * Facts relied on (H200, bench/fault_bystanders.py):
  *  - A host function queued before its context faulted may still run after
@@ -180,17 +183,83 @@ void cfd_hostfunc_end_dropped_locked(void)
     }
 }
 
-static void trampoline(void *data)
+/* Tokens whose host function ran while g.mu stayed taken (fire_mu). A thread
+ * holding g.mu may be inside a driver call that waits for the GPU, and on an
+ * H200, once a context's host notifications are spent, every call into it
+ * does: the GPU then waits for the host functions queued before, ours
+ * included. So the driver's callback thread waits for g.mu at most 2 ms,
+ * then leaves its token here; fire_mu is held only to add or take tokens,
+ * never across a driver call. */
+static pthread_mutex_t fire_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t *fired_later;
+static int nfired_later, capfired_later;
+
+static void mark_fired(uint64_t token) /* g.mu held */
 {
-    uint64_t token = (uint64_t)(uintptr_t)data;
-    pthread_mutex_lock(&g.mu);
     cfd_wait *w = cfd_wait_lookup(token);
     if (w && !w->fired) { /* else the watchdog already reported a fault for it */
         w->fired = true;
         g.hf_fired++;
+    }
+}
+
+/* The tokens the trampoline left in fired_later (g.mu held). */
+void cfd_hostfunc_take_fired_locked(void)
+{
+    pthread_mutex_lock(&fire_mu);
+    for (int i = 0; i < nfired_later; i++)
+        mark_fired(fired_later[i]);
+    nfired_later = 0;
+    pthread_mutex_unlock(&fire_mu);
+}
+
+static bool keep_for_later(uint64_t token)
+{
+    pthread_mutex_lock(&fire_mu);
+    if (nfired_later == capfired_later) {
+        int cap = capfired_later ? 2 * capfired_later : CFD_NOTIFY_MAX;
+        uint64_t *t = realloc(fired_later, (size_t)cap * sizeof *t);
+        if (t) {
+            fired_later = t;
+            capfired_later = cap;
+        }
+    }
+    bool kept = nfired_later < capfired_later;
+    if (kept)
+        fired_later[nfired_later++] = token;
+    pthread_mutex_unlock(&fire_mu);
+    return kept;
+}
+
+/* g.mu, waiting at most 2 ms: a holder that is not inside such a driver
+ * call lets go within microseconds. (pthread_mutex_timedlock keeps time by
+ * CLOCK_REALTIME: a step of the wall clock meanwhile only shortens or
+ * lengthens this one wait.) */
+static bool lock_briefly(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 2000000;
+    ts.tv_sec += ts.tv_nsec / 1000000000;
+    ts.tv_nsec %= 1000000000;
+    return pthread_mutex_timedlock(&g.mu, &ts) == 0;
+}
+
+static void trampoline(void *data)
+{
+    uint64_t token = (uint64_t)(uintptr_t)data;
+    bool locked = pthread_mutex_trylock(&g.mu) == 0 || lock_briefly();
+    if (!locked && !keep_for_later(token)) {
+        pthread_mutex_lock(&g.mu); /* out of memory: wait for it after all */
+        locked = true;
+    }
+    if (locked) {
+        mark_fired(token);
+        pthread_cond_signal(&g.watchdog_cv);
+        pthread_mutex_unlock(&g.mu);
+    } else { /* the watchdog takes it when woken, or before it next sleeps */
         pthread_cond_signal(&g.watchdog_cv);
     }
-    pthread_mutex_unlock(&g.mu);
 }
 
 int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, uintptr_t stream_key,
@@ -405,6 +474,7 @@ static void *watchdog_main(void *arg)
     uint64_t round = 0;     /* batches made, for cx->side.asked */
     pthread_mutex_lock(&g.mu);
     for (;;) {
+        cfd_hostfunc_take_fired_locked();
         bury_parked_events();
         launch_deferred(&current);
         if (!g.hf_pending) {
@@ -416,6 +486,7 @@ static void *watchdog_main(void *arg)
         }
         int64_t now = cfd_now_ns();
         bool periodic = now >= next_check;
+        cfd_hostfunc_take_fired_locked(); /* (any kept while launch_deferred let go of g.mu) */
         if (!periodic && g.hf_fired == 0) { /* woken early: a wait came, or a budget slot freed */
             watchdog_wait_ns(next_check - now);
             continue;
@@ -484,6 +555,11 @@ static void *watchdog_main(void *arg)
     }
     free(batch);
     free(held);
+    pthread_mutex_lock(&fire_mu); /* (what is left there is of waits that ended) */
+    free(fired_later);
+    fired_later = NULL;
+    nfired_later = capfired_later = 0;
+    pthread_mutex_unlock(&fire_mu);
     g.watchdog_running = false;
     pthread_cond_broadcast(&g.poller_gone_cv);
     cfd_thread_exit_locked();

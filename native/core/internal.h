@@ -240,6 +240,9 @@ void cfd_hostfunc_end_faulted_locked(void);
 void cfd_hostfunc_drop_locked(cfd_wait *w);
 /* The same for every wait put off whose notifier closed. g.mu held. */
 void cfd_hostfunc_end_dropped_locked(void);
+/* Mark fired the waits whose host function ran while g.mu stayed taken
+ * (hostfunc.c, trampoline). g.mu held. */
+void cfd_hostfunc_take_fired_locked(void);
 /* Host notifications: work the GPU must tell the host about when it gets
  * there (a host function, a record of a blocking-sync event). The driver
  * keeps only a few in flight per context: past them (31-40 host functions

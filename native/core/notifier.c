@@ -204,6 +204,7 @@ CFD_API int cudafd_release_idle(void)
     /* A hostfunc wait whose host function ran is asked about once more by the
      * watchdog before it ends (hostfunc.c), cancelled or not: wait for that
      * too, so that a context whose work is over holds no wait after this. */
+    cfd_hostfunc_take_fired_locked();
     while (g.hf_fired > 0 && g.watchdog_running) {
         pthread_cond_signal(&g.watchdog_cv);
         pthread_cond_wait(&g.poller_gone_cv, &g.mu);
