@@ -9,20 +9,10 @@
  */
 #include "../core/hostfunc.c"
 
-#include <dlfcn.h>
 #include <unistd.h>
 
-#include "../sim/cudafd_sim.h"
 #include "check.h"
-
-static CUresult (*sim_ctx_create)(CUdevice, CUcontext *);
-static CUresult (*sim_ctx_destroy)(CUcontext);
-static CUresult (*sim_launch)(CUstream, uint64_t, CUresult);
-static CUresult (*sim_push)(CUcontext);
-static CUresult (*sim_pop)(CUcontext *);
-static CUresult (*sim_stream_create)(CUstream *, unsigned);
-static CUresult (*sim_stream_destroy)(CUstream);
-static int (*sim_stats)(int64_t *, int);
+#include "sim_calls.h"
 
 static int64_t host_functions_run(void)
 {
@@ -33,22 +23,7 @@ static int64_t host_functions_run(void)
 
 int main(void)
 {
-    void *lib = dlopen(getenv("CUDAFD_DRIVER"), RTLD_NOW);
-    if (!lib) {
-        fprintf(stderr, "callback_lock: set CUDAFD_DRIVER to libcudafd_sim.so\n");
-        return 2;
-    }
-#define SYM(var, name) *(void **)&var = dlsym(lib, name)
-    SYM(sim_ctx_create, "cudafdsim_ctx_create");
-    SYM(sim_ctx_destroy, "cudafdsim_ctx_destroy");
-    SYM(sim_launch, "cudafdsim_launch");
-    SYM(sim_push, "cuCtxPushCurrent");
-    SYM(sim_pop, "cuCtxPopCurrent");
-    SYM(sim_stream_create, "cuStreamCreate");
-    SYM(sim_stream_destroy, "cuStreamDestroy");
-    SYM(sim_stats, "cudafdsim_stats");
-#undef SYM
-    CHECK(cudafd_driver_load() == CUDAFD_OK, "load the simulator");
+    sim_calls_load("callback_lock");
     CUcontext ctx = NULL, ignored = NULL;
     CUstream s = NULL;
     sim_ctx_create(0, &ctx);

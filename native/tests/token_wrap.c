@@ -14,19 +14,10 @@
  */
 #include "../core/waits.c"
 
-#include <dlfcn.h>
 #include <unistd.h>
 
-#include "../sim/cudafd_sim.h"
 #include "check.h"
-
-static CUresult (*sim_ctx_create)(CUdevice, CUcontext *);
-static CUresult (*sim_ctx_destroy)(CUcontext);
-static CUresult (*sim_launch)(CUstream, uint64_t, CUresult);
-static CUresult (*sim_push)(CUcontext);
-static CUresult (*sim_pop)(CUcontext *);
-static CUresult (*sim_stream_create)(CUstream *, unsigned);
-static CUresult (*sim_stream_destroy)(CUstream);
+#include "sim_calls.h"
 
 enum { N = 8, BEFORE = 3 }; /* N waits, the first BEFORE of them ahead of the wrap */
 
@@ -108,25 +99,7 @@ static void across_the_wrap(int mech, CUcontext ctx)
 
 int main(void)
 {
-    const char *path = getenv("CUDAFD_DRIVER");
-    void *lib = path ? dlopen(path, RTLD_NOW) : NULL;
-    if (!lib) {
-        fprintf(stderr, "token_wrap: set CUDAFD_DRIVER to libcudafd_sim.so\n");
-        return 2;
-    }
-#define SYM(var, name) *(void **)&var = dlsym(lib, name)
-    SYM(sim_ctx_create, "cudafdsim_ctx_create");
-    SYM(sim_ctx_destroy, "cudafdsim_ctx_destroy");
-    SYM(sim_launch, "cudafdsim_launch");
-    SYM(sim_push, "cuCtxPushCurrent");
-    SYM(sim_pop, "cuCtxPopCurrent");
-    SYM(sim_stream_create, "cuStreamCreate");
-    SYM(sim_stream_destroy, "cuStreamDestroy");
-#undef SYM
-    if (cudafd_driver_load() != CUDAFD_OK) {
-        fprintf(stderr, "token_wrap: cannot load the driver: %s\n", cudafd_last_error());
-        return 2;
-    }
+    sim_calls_load("token_wrap");
     CUcontext ctx = NULL;
     sim_ctx_create(0, &ctx);
     const int mechs[] = {CUDAFD_MECH_EVENT, CUDAFD_MECH_HOSTFUNC, CUDAFD_MECH_SPIN};
