@@ -1,7 +1,7 @@
 /*
- * sim_calls.h - the simulator's entry points for the C tests that link the
- * core's sources themselves (token_wrap.c, callback_lock.c), from the
- * library $CUDAFD_DRIVER names (sim_calls.c).
+ * sim_calls.h - the simulator's entry points the C tests share (the stress
+ * test, token_wrap.c, callback_lock.c), from the library $CUDAFD_DRIVER
+ * names (sim_calls.c).
  */
 #ifndef CUDAFD_SIM_CALLS_H
 #define CUDAFD_SIM_CALLS_H

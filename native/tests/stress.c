@@ -39,21 +39,13 @@
 
 #include "stress.h"
 
-/* simulator entry points, resolved from the same library the core loads */
-CUresult (*sim_ctx_create)(CUdevice, CUcontext *);
-CUresult (*sim_ctx_destroy)(CUcontext);
-CUresult (*sim_launch)(CUstream, uint64_t, CUresult);
-static CUresult (*sim_push)(CUcontext);
-static CUresult (*sim_pop)(CUcontext *);
-static CUresult (*sim_stream_create)(CUstream *, unsigned);
-CUresult (*sim_stream_destroy)(CUstream);
+/* simulator entry points beside sim_calls.h's, resolved from the same library the core loads */
 void (*sim_fail_next_signal)(CUresult);
 void (*sim_fail_next_fence)(int);
 void (*sim_delay_next_host_launch)(uint64_t);
 static CUresult (*sim_event_create)(CUevent *, unsigned);
 static CUresult (*sim_event_record)(CUevent, CUstream);
 static CUresult (*sim_event_destroy)(CUevent);
-int (*sim_stats)(int64_t *, int);
 static CUresult (*sim_primary_retain)(CUcontext *, CUdevice);
 static CUresult (*sim_primary_release)(CUdevice);
 static CUresult (*sim_primary_state)(CUdevice, unsigned int *, int *);
@@ -62,17 +54,9 @@ static CUresult (*sim_ctx_sync)(void);
 
 static void load_sim(void)
 {
-    const char *path = getenv("CUDAFD_DRIVER");
-    void *lib = path ? dlopen(path, RTLD_NOW) : NULL;
-    if (!lib) {
-        fprintf(stderr, "stress: set CUDAFD_DRIVER to libcudafd_sim.so (%s)\n", dlerror());
-        exit(2);
-    }
+    sim_calls_load("stress");
+    void *lib = dlopen(getenv("CUDAFD_DRIVER"), RTLD_NOW); /* (loaded already: the same handle) */
 #define SYM(var, name) *(void **)&var = dlsym(lib, name)
-    SYM(sim_ctx_create, "cudafdsim_ctx_create");
-    SYM(sim_ctx_destroy, "cudafdsim_ctx_destroy");
-    SYM(sim_launch, "cudafdsim_launch");
-    SYM(sim_stats, "cudafdsim_stats");
     SYM(sim_primary_retain, "cuDevicePrimaryCtxRetain");
     SYM(sim_primary_release, "cuDevicePrimaryCtxRelease");
     SYM(sim_primary_state, "cuDevicePrimaryCtxGetState");
@@ -80,10 +64,6 @@ static void load_sim(void)
     SYM(sim_fail_next_signal, "cudafdsim_fail_next_signal");
     SYM(sim_fail_next_fence, "cudafdsim_fail_next_fence");
     SYM(sim_delay_next_host_launch, "cudafdsim_delay_next_host_launch");
-    SYM(sim_push, "cuCtxPushCurrent");
-    SYM(sim_pop, "cuCtxPopCurrent");
-    SYM(sim_stream_create, "cuStreamCreate");
-    SYM(sim_stream_destroy, "cuStreamDestroy");
     SYM(sim_event_create, "cuEventCreate");
     SYM(sim_event_record, "cuEventRecord");
     SYM(sim_event_destroy, "cuEventDestroy");

@@ -9,19 +9,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../sim/cudafd_sim.h"
 #include "check.h"
+#include "sim_calls.h"
 
-/* simulator entry points, resolved from the same library the core loads */
-extern CUresult (*sim_ctx_create)(CUdevice, CUcontext *);
-extern CUresult (*sim_ctx_destroy)(CUcontext);
-extern CUresult (*sim_launch)(CUstream, uint64_t, CUresult);
-extern CUresult (*sim_stream_destroy)(CUstream);
+/* simulator entry points beside sim_calls.h's, resolved from the same library the core loads */
 extern void (*sim_fail_next_signal)(CUresult);
 extern void (*sim_fail_next_fence)(int);
 extern void (*sim_delay_next_host_launch)(uint64_t);
 extern void (*sim_delay_next_query)(uint64_t);
-extern int (*sim_stats)(int64_t *, int);
 
 CUstream new_stream(CUcontext ctx); /* a non-blocking stream of ctx */
 /* stress_syncfd.c: the syncfd mechanism's own checks; whether the fakes are
