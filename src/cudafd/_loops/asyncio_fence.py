@@ -76,6 +76,7 @@ class _ReadinessWaiter:
             self._disarm()
         return ready
 
+
 def _new_holder(notifier: Notifier) -> list[_ReadinessWaiter | None]:
     """The Notifier's slot for its waiter, with a close hook: a waiter whose loop was
     closed (nothing runs there, its futures never resolve) gives the fd back when the
