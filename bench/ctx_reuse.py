@@ -14,7 +14,12 @@ same release, one wait on a stream of the context before and two on a new
 stream after, retained again; the line says whether the release destroyed
 the context (cudafd holds a reference while a Notifier that watched there
 is open), the waits' outcomes and, on the simulator, how many calls were
-given an event that died with its context.
+given an event that died with its context. ``released-<mechanism>``: the
+same, but the first wait's Notifier is closed and ``cudafd_release_idle``
+called before the release (cudafd then holds no reference, and the context
+is destroyed), while another Notifier keeps the core's threads running: the
+thread that asked about the first wait in the old context asks about the
+new context's at the same handle.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import ctypes, json, select, sys, time
 from ctypes import byref, c_int, c_uint, c_uint64, c_void_p
 import cudafd
 from cudafd._core import driver as _driver
+from cudafd._core import lib as _lib
 
 case = sys.argv[1]
 drv = _driver.get()
@@ -88,8 +94,15 @@ if case.startswith("raw"):
         _driver.check(drv.cuEventRecord(ev, s1))
         _driver.check(drv.cuStreamSynchronize(s1))
 else:
-    n = cudafd.Notifier(case.split("-", 1)[1])
+    mechanism = case.split("-", 1)[1]
+    if case.startswith("released"):
+        keep = cudafd.Notifier(mechanism)  # open across the release: the core's threads stay
+    n = cudafd.Notifier(mechanism)
     out["first"] = wait(n, s1)
+    if case.startswith("released"):
+        n.close()
+        out["freed"] = _lib.loaded().cudafd_release_idle()
+        n = cudafd.Notifier(mechanism)
 with drv.pushed(c1):
     _driver.check(drv.cuStreamDestroy(s1))
 _driver.check(drv.cuDevicePrimaryCtxRelease(0))
@@ -111,6 +124,8 @@ with drv.pushed(c2):
         out["third"] = wait(n, s2)
 if n is not None:
     n.close()
+    if case.startswith("released"):
+        keep.close()
     out["left"] = {k: v for k, v in cudafd.stats().items() if k in ("pending", "events", "threads", "contexts") and v}
 if drv.sim is not None:
     out["dead_handle_calls"] = drv.sim.stats()["dead_handle_calls"]
@@ -122,7 +137,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mechanisms", default="event,hostfunc,spin,poll")
     args = ap.parse_args()
-    cases = ["raw-record", "raw-query", "raw-destroy"] + [f"notifier-{m}" for m in args.mechanisms.split(",")]
+    mechanisms = args.mechanisms.split(",")
+    cases = ["raw-record", "raw-query", "raw-destroy"] + [f"{how}-{m}" for how in ("notifier", "released") for m in mechanisms]
     for case in cases:
         p = subprocess.run([sys.executable, "-c", CHILD, case], capture_output=True, text=True, timeout=120,
                            env=dict(os.environ))

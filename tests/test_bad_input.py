@@ -385,3 +385,11 @@ def test_default_stream_without_a_current_context_says_how_to_make_one(dev, mech
     assert len(caught) == 1 and isinstance(caught[0], cudafd.CudaError), caught
     assert caught[0].name == "CUDA_ERROR_INVALID_CONTEXT"
     assert "default stream" in str(caught[0]) and "cuCtxSetCurrent" in str(caught[0])
+
+
+@pytest.mark.parametrize("code", [214, 700, 709, 719, 400])
+def test_a_fault_says_whether_its_context_is_lost(code):
+    """The faults the core treats as sticky (waits.c) tell the user the context
+    is unusable; a destroyed context and a bad handle get their own advice."""
+    message = str(cudafd.CudaError(code))
+    assert ("context is now unusable" in message) == (code in (214, 700, 719)), message

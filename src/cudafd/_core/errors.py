@@ -79,8 +79,9 @@ CUDA_ERROR_CODES: dict[str, int] = {name: code for code, name in CUDA_ERROR_NAME
 
 # Errors after which the context is unusable ("sticky"): every later call on it
 # returns the same error until the process (or, for a non-primary context, the
-# context) is recreated.
-_STICKY = frozenset({700, 702, 710, 714, 715, 716, 717, 718, 719})
+# context) is recreated. The core's list (waits.c, is_sticky) less
+# CUDA_ERROR_CONTEXT_IS_DESTROYED, whose advice is the destroyed context's.
+_STICKY = frozenset({214, 700, 702, 710, 714, 715, 716, 717, 718, 719})
 
 # Functions that know the driver's name for a CUresult, most authoritative first.
 # _lib and _driver register into this once they have loaded something.
