@@ -263,7 +263,6 @@ struct cfd_global {
     int poller_tfd;        /* the timerfd it sleeps on while it runs (counted as an eventfd) */
     bool poller_running, poller_sleeping;
     bool reap_due;         /* a wait in a lane was dropped (cfd_wait_drop): the next round takes it out */
-    uint64_t reaps;        /* rounds that took dropped waits out (cudafd_release_idle waits for one) */
     pthread_cond_t poller_gone_cv; /* the poller left or took dropped waits out, or the watchdog took
                                       waits that fired (cudafd_release_idle waits for these) */
     int64_t poller_wake_at; /* while sleeping: when its timer fires (INT64_MAX: never) */

@@ -174,46 +174,64 @@ CFD_API void cudafd_notifier_destroy(cudafd_notifier *n)
     cfd_count(ST_NOTIFIERS, -1);
 }
 
-CFD_API int cudafd_release_idle(void)
+/* One step of cudafd_release_idle's wait for the core's threads to let go
+ * of every wait they may still ask about: true when there is nothing to
+ * wait for, else it waited once (g.mu let go meanwhile) and the caller asks
+ * again from the first condition, since another thread may have closed a
+ * notifier or begun a probe meanwhile. g.mu held. */
+static bool settle_step_locked(void)
 {
-    int forked = cfd_fork_check(); /* the streams are the parent's: nothing to destroy here */
-    if (forked != CUDAFD_OK)
-        return forked;
-    pthread_mutex_lock(&g.mu);
     /* With no notifier open the poller drops every wait and leaves; it may be
      * asking about a closed notifier's wait right now, unlocked: once it has
      * left, no event of the caller's contexts is asked about again, so the
      * caller can destroy one (a real driver crashes on a dead event). */
-    if (g.nopen == 0 && g.poller_running)
+    if (g.nopen == 0 && g.poller_running) {
         cfd_wake_poller();
-    while (g.nopen == 0 && g.poller_running)
         pthread_cond_wait(&g.poller_gone_cv, &g.mu);
+        return false;
+    }
     /* With notifiers open, the poller takes the dropped waits (cancelled, of
      * closed notifiers) out of its lanes at its next round, and with them those
      * whose result went already (to an ask, or by a fault sweep): wait for it. */
     if (g.nopen > 0)
         cfd_drop_detached_locked();
     cfd_hostfunc_end_faulted_locked(); /* (their results went with the fault sweep) */
-    while (g.hf_querying || g.hf_launching) /* the watchdog may be asking about one, or launching it */
+    if (g.hf_querying || g.hf_launching) { /* the watchdog may be asking about one, or launching it */
         pthread_cond_wait(&g.poller_gone_cv, &g.mu);
-    uint64_t reaps = g.reaps;
-    if (g.nopen > 0 && g.reap_due && g.poller_running)
+        return false;
+    }
+    if (g.nopen > 0 && g.reap_due && g.poller_running) {
         cfd_wake_poller();
-    while (g.nopen > 0 && g.reap_due && g.poller_running && g.reaps == reaps)
         pthread_cond_wait(&g.poller_gone_cv, &g.mu);
+        return false;
+    }
     /* A hostfunc wait whose host function ran is asked about once more by the
      * watchdog before it ends (hostfunc.c), cancelled or not: wait for that
      * too, so that a context whose work is over holds no wait after this. */
     cfd_hostfunc_take_fired_locked();
-    while (g.hf_fired > 0 && g.watchdog_running) {
+    if (g.hf_fired > 0 && g.watchdog_running) {
         pthread_cond_signal(&g.watchdog_cv);
         pthread_cond_wait(&g.poller_gone_cv, &g.mu);
+        return false;
     }
     /* A probe (an ask on another thread, the watchdog's round or a launch)
-     * keeps what it may touch; the steps above let go of g.mu, so one may
-     * have begun since. Once none runs, none begins before this returns. */
-    while (g.probing > 0)
+     * keeps what it may touch. Once none runs, none begins before
+     * cudafd_release_idle returns. */
+    if (g.probing > 0) {
         pthread_cond_wait(&g.poller_gone_cv, &g.mu);
+        return false;
+    }
+    return true;
+}
+
+CFD_API int cudafd_release_idle(void)
+{
+    int forked = cfd_fork_check(); /* the streams are the parent's: nothing to destroy here */
+    if (forked != CUDAFD_OK)
+        return forked;
+    pthread_mutex_lock(&g.mu);
+    while (!settle_step_locked())
+        ;
     int64_t before = g.stat[ST_STREAMS];
     /* The semaphores first: freeing a context's record may release the
      * last reference to a primary context, and theirs die with it. */

@@ -364,7 +364,6 @@ static void reap_dropped(int64_t now)
             plan_new_head(l, now, false);
         }
     }
-    g.reaps++;
     pthread_cond_broadcast(&g.poller_gone_cv);
 }
 

@@ -13,7 +13,8 @@
  * context) and then cancelled, or its notifier closed, ends at once; a
  * release while an ask runs on another thread waits for it and frees what it
  * should; a release while a watch's own launch is held up does not destroy
- * the side stream under it.
+ * the side stream under it. A release while another thread closes the last
+ * notifier still waits for the poller's query of a closed notifier's wait.
  */
 #include <pthread.h>
 #include <unistd.h>
@@ -263,6 +264,52 @@ static void test_release_during_an_ask(void)
     sim_ctx_destroy(other);
 }
 
+static void *close_later(void *p)
+{
+    usleep(50 * 1000);
+    cudafd_notifier_close(p);
+    return NULL;
+}
+
+/* cudafd_release_idle waits for the poller to take a closed notifier's wait
+ * out while the poller is inside an 800 ms query of it; meanwhile another
+ * thread closes the last notifier open (a hostfunc one, whose watchdog's
+ * rounds wake the release). The release must still wait for the poller to
+ * leave that query before it returns and the context is destroyed. */
+static void test_release_while_the_last_notifier_closes(void)
+{
+    cudafd_notifier *n = NULL, *h = NULL;
+    cudafd_notifier_create(CUDAFD_MECH_EVENT, &n);
+    cudafd_notifier_create(CUDAFD_MECH_HOSTFUNC, &h);
+    CUcontext mine = NULL, other = NULL;
+    sim_ctx_create(0, &mine);
+    sim_ctx_create(0, &other);
+    CUstream s = new_stream(mine), so = new_stream(other);
+    sim_launch(s, 3000 * MS, 0);
+    uint64_t t = 0, th = 0;
+    CHECK(cudafd_watch_stream(n, (uintptr_t)s, &t) == CUDAFD_OK, "watch");
+    usleep(5 * 1000);
+    sim_delay_next_query(800 * MS);
+    usleep(20 * 1000); /* the poller is in that query */
+    sim_launch(so, 3000 * MS, 0);
+    CHECK(cudafd_watch_stream(h, (uintptr_t)so, &th) == CUDAFD_OK, "hostfunc watch");
+    int64_t dead = dead_calls();
+    cudafd_notifier_close(n);
+    pthread_t closer;
+    pthread_create(&closer, NULL, close_later, h);
+    cudafd_release_idle();
+    pthread_join(closer, NULL);
+    sim_stream_destroy(s);
+    sim_ctx_destroy(mine);
+    usleep(1000 * 1000); /* past the held-up query */
+    CHECK(dead_calls() == dead, "%lld calls given a dead event after the release", (long long)(dead_calls() - dead));
+    cudafd_notifier_destroy(n);
+    cudafd_notifier_destroy(h);
+    cudafd_release_idle();
+    sim_stream_destroy(so);
+    sim_ctx_destroy(other);
+}
+
 struct watcher {
     cudafd_notifier *n;
     CUcontext ctx;
@@ -328,6 +375,7 @@ void test_release(void)
     test_record_failure_during_a_probe();
     test_put_off_wait_let_go(false);
     test_put_off_wait_let_go(true);
+    test_release_while_the_last_notifier_closes();
     test_release_during_an_ask();
     test_release_during_a_launch();
 }
