@@ -24,7 +24,25 @@ static int check_notifier(cudafd_notifier *n)
     return CUDAFD_OK;
 }
 
-/* Make ctx current on this thread if it is not; *pushed tells whether to pop. */
+/* Watches of one stream on several threads: the poller asks only a lane's
+ * head (a stream runs in order), so a lane must hold its waits in the order
+ * of their records on the stream. A watch's record (with its syncfd signal,
+ * or a side stream's wait for an event) and its place in the lane are made
+ * under one of these locks, chosen by the lane's stream key; a lock is held
+ * across those driver calls, never with g.mu held, and nothing else takes it. */
+#define ORDER_LOCKS 64
+static pthread_mutex_t order_locks[ORDER_LOCKS];
+
+__attribute__((constructor)) static void init_order_locks(void)
+{
+    for (int i = 0; i < ORDER_LOCKS; i++)
+        pthread_mutex_init(&order_locks[i], NULL);
+}
+
+static pthread_mutex_t *order_lock(uintptr_t key)
+{
+    return &order_locks[(key ^ key >> 7 ^ key >> 17) % ORDER_LOCKS];
+}
 
 static uint64_t this_thread(void) { return (uint64_t)syscall(SYS_gettid); }
 
@@ -183,6 +201,8 @@ static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, i
     }
     uint64_t thread = (CUstream)stream == CU_STREAM_PER_THREAD ? this_thread() : 0;
     uintptr_t key = stream_key(stream);
+    pthread_mutex_t *order = order_lock(key);
+    pthread_mutex_lock(order);
     if (hostfunc) {
         rc = cfd_hostfunc_watch(n, cx, (CUstream)stream, key, NULL, token);
     } else {
@@ -202,6 +222,7 @@ static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, i
             rc = enqueue(n, cx, key, thread, ev, -1, 0, &sp, token);
             cfd_syncfd_signal_end(&sp);
             if (rc == CUDAFD_OK) { /* the common path: two critical sections in all */
+                pthread_mutex_unlock(order);
                 cfd_leave_ctx(pushed);
                 return CUDAFD_OK;
             }
@@ -209,6 +230,7 @@ static int watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token, i
         cfd_syncfd_signal_end(&sp);
         fence_drop(fence_fd);
     }
+    pthread_mutex_unlock(order);
     cfd_leave_ctx(pushed);
     ctx_unhold(cx, rc);
     return rc;
@@ -309,6 +331,8 @@ static int watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token, int
         int side_index = -1;
         cfd_syncpt sp = {NULL, 0, 0};
         rc = cfd_side_stream(&cx->side, event, false, &side, &side_index);
+        pthread_mutex_t *order = order_lock((uintptr_t)side);
+        pthread_mutex_lock(order);
         if (rc == CUDAFD_OK && (r = cu.cuStreamWaitEvent(side, (CUevent)event, 0)) != CUDA_SUCCESS)
             rc = cfd_fail_cuda(r, "cuStreamWaitEvent on the event");
         if (rc == CUDAFD_OK && n->mech == CUDAFD_MECH_SYNCFD &&
@@ -318,18 +342,21 @@ static int watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token, int
             rc = cfd_record(cx, side, NULL, &ev);
         if (rc == CUDAFD_OK) { /* enqueue takes over the side stream, even when it fails */
             rc = enqueue(n, cx, (uintptr_t)side, 0, ev, side_index, event, &sp, token);
-            cfd_syncfd_signal_end(&sp);
-            if (rc == CUDAFD_OK)
-                return CUDAFD_OK; /* enqueue dropped the record's hold too */
         } else if (side_index >= 0) {
             pthread_mutex_lock(&g.mu);
             cfd_side_release(&cx->side, event, side_index);
             pthread_mutex_unlock(&g.mu);
         }
+        pthread_mutex_unlock(order);
         cfd_syncfd_signal_end(&sp);
+        if (rc == CUDAFD_OK)
+            return CUDAFD_OK; /* enqueue dropped the record's hold too */
         fence_drop(fence_fd);
     }
-    ctx_unhold(cx, rc);
+    /* The event may be another context's, and its fault that context's: the
+     * current context's waits get it only if its own legacy stream reports it. */
+    bool ours = rc != CUDAFD_E_CUDA || cu.cuStreamQuery(CU_STREAM_LEGACY) == cudafd_last_cuda_error();
+    ctx_unhold(cx, ours ? rc : CUDAFD_OK);
     return rc;
 }
 

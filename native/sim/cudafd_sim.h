@@ -110,6 +110,9 @@ void cudafdsim_delay_next_host_launch(uint64_t ns);
 /* Make the next cuEventQuery sleep ns before it looks at its event, as a
  * thread descheduled inside the call would. */
 void cudafdsim_delay_next_query(uint64_t ns);
+/* Make the next cuEventRecord sleep ns after it enqueued the record, before
+ * it returns, as a thread descheduled there would. */
+void cudafdsim_delay_after_next_record(uint64_t ns);
 
 /* Live counts, for leak checks: 0 contexts (created, not destroyed; primary
  * contexts count while retained), 1 streams, 2 events, 3 queued operations,

@@ -57,6 +57,13 @@ uint64_t sim_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+void sim_sleep_ns(uint64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
 /* ---- initialisation ---- */
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
@@ -84,11 +91,8 @@ static void init_globals(void)
     sim.fault_one_ctx = env && strcmp(env, "context") == 0;
     env = getenv("CUDAFD_SIM_INIT_MS");
     long ms = env && *env ? strtol(env, NULL, 10) : 0;
-    if (ms > 0) {
-        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-        while (nanosleep(&ts, &ts) != 0)
-            ;
-    }
+    if (ms > 0)
+        sim_sleep_ns((uint64_t)ms * 1000000u);
     env = getenv("CUDAFD_SIM_INIT_FORK");
     if (env && strcmp(env, "1") == 0) { /* a helper program run by fork(), as libcuda may */
         pid_t pid = fork();

@@ -119,10 +119,21 @@ SIM_API CUresult cuEventDestroy(CUevent event)
     return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
+static uint64_t record_delay_ns; /* sim.lock */
+
+SIM_API void cudafdsim_delay_after_next_record(uint64_t ns)
+{
+    pthread_mutex_lock(&sim.lock);
+    record_delay_ns = ns;
+    pthread_mutex_unlock(&sim.lock);
+}
+
 SIM_API CUresult cuEventRecord(CUevent event, CUstream stream)
 {
     SIM_CHECK_INIT();
     pthread_mutex_lock(&sim.lock);
+    uint64_t delay = record_delay_ns;
+    record_delay_ns = 0;
     struct sim_event *e = sim_event_lookup_locked(event);
     struct sim_stream *s = NULL;
     CUresult rc = e ? sim_stream_resolve_locked(stream, &s) : CUDA_ERROR_INVALID_HANDLE;
@@ -150,6 +161,8 @@ SIM_API CUresult cuEventRecord(CUevent event, CUstream stream)
         sim_event_unref_locked(e);
     }
     pthread_mutex_unlock(&sim.lock);
+    if (delay) /* descheduled after the record, before the call returns */
+        sim_sleep_ns(delay);
     return rc;
 }
 
@@ -170,9 +183,7 @@ SIM_API CUresult cuEventQuery(CUevent event)
     query_delay_ns = 0;
     if (delay) { /* descheduled between the call and its look at the event */
         pthread_mutex_unlock(&sim.lock);
-        struct timespec ts = {(time_t)(delay / 1000000000u), (long)(delay % 1000000000u)};
-        while (nanosleep(&ts, &ts) != 0)
-            ;
+        sim_sleep_ns(delay);
         pthread_mutex_lock(&sim.lock);
     }
     struct sim_event *e = sim_event_lookup_locked(event);

@@ -225,6 +225,7 @@ int sim_driver_version(void); /* what cuDriverGetVersion reports ($CUDAFD_SIM_DR
 /* ---- sim_legacy.c ---- */
 void *sim_legacy_entry(const char *name); /* the legacy export of a SIM_VERSIONED name, else NULL */
 uint64_t sim_now_ns(void); /* CLOCK_MONOTONIC */
+void sim_sleep_ns(uint64_t ns); /* the whole time, signals or not */
 
 /* ---- sim_handles.c ---- */
 uint64_t sim_handle_new(enum sim_type type, void *obj); /* 0 when out of memory */

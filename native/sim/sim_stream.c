@@ -485,11 +485,8 @@ SIM_API CUresult cuLaunchHostFunc(CUstream stream, CUhostFn fn, void *user_data)
     uint64_t delay = host_launch_delay_ns;
     host_launch_delay_ns = 0;
     pthread_mutex_unlock(&sim.lock);
-    if (delay) { /* blocked, as a real launch is while the driver's notifications are spent */
-        struct timespec ts = {(time_t)(delay / 1000000000u), (long)(delay % 1000000000u)};
-        while (nanosleep(&ts, &ts) != 0)
-            ;
-    }
+    if (delay) /* blocked, as a real launch is while the driver's notifications are spent */
+        sim_sleep_ns(delay);
     pthread_mutex_lock(&sim.lock);
     struct sim_stream *s;
     CUresult rc = sim_stream_resolve_locked(stream, &s);

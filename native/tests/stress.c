@@ -51,6 +51,7 @@ static CUresult (*sim_primary_release)(CUdevice);
 static CUresult (*sim_primary_state)(CUdevice, unsigned int *, int *);
 void (*sim_delay_next_query)(uint64_t);
 static CUresult (*sim_ctx_sync)(void);
+static void (*sim_delay_after_next_record)(uint64_t);
 
 static void load_sim(void)
 {
@@ -68,6 +69,7 @@ static void load_sim(void)
     SYM(sim_event_record, "cuEventRecord");
     SYM(sim_event_destroy, "cuEventDestroy");
     SYM(sim_ctx_sync, "cuCtxSynchronize");
+    SYM(sim_delay_after_next_record, "cudafdsim_delay_after_next_record");
 #undef SYM
 }
 
@@ -105,6 +107,51 @@ static int find(struct expect *e, int n, uint64_t token)
         if (e[i].token == token)
             return i;
     return -1;
+}
+
+struct watcher {
+    cudafd_notifier *n;
+    CUstream s;
+    uint64_t token;
+    int rc;
+};
+
+static void *watch_on_a_thread(void *p)
+{
+    struct watcher *w = p;
+    w->rc = cudafd_watch_stream(w->n, (uintptr_t)w->s, &w->token);
+    return NULL;
+}
+
+/* Two threads watch one stream: A's watch is held up 100 ms right after its
+ * record (a thread descheduled there), and meanwhile B launches 2 s of work
+ * and watches. A's point came before B's work, so A's wait completes at
+ * once, not behind B's: the lane keeps waits in the order of their records
+ * (the poller asks only a lane's head). */
+static void test_concurrent_watches_keep_record_order(int mech, CUcontext ctx)
+{
+    cudafd_notifier *n = NULL;
+    CHECK(cudafd_notifier_create(mech, &n) == CUDAFD_OK, "create mech %d", mech);
+    struct watcher a = {n, new_stream(ctx), 0, -1};
+    cudafd_completion c[2];
+    CHECK(cudafd_watch_stream(n, (uintptr_t)a.s, &a.token) == CUDAFD_OK && collect(n, c, 1, 5.0) == 1,
+          "mech %d: a first wait (pools, threads made)", mech);
+    sim_delay_after_next_record(100 * 1000 * 1000);
+    pthread_t th;
+    pthread_create(&th, NULL, watch_on_a_thread, &a);
+    usleep(30 * 1000); /* A recorded, and is held up before it returns */
+    sim_launch(a.s, 2000ull * 1000 * 1000, 0);
+    uint64_t b = 0;
+    CHECK(cudafd_watch_stream(n, (uintptr_t)a.s, &b) == CUDAFD_OK, "mech %d: B's watch", mech);
+    pthread_join(th, NULL);
+    CHECK(a.rc == CUDAFD_OK, "mech %d: A's watch", mech);
+    double t0 = now_s();
+    int got = collect(n, c, 1, 1.0);
+    CHECK(got == 1 && c[0].token == a.token && c[0].status == 0,
+          "mech %d: A's wait, over before B's work began, completed first (got %d, %s, in %.3f s)", mech, got,
+          !got ? "none" : c[0].token == a.token ? "A" : "B", now_s() - t0);
+    cudafd_notifier_destroy(n);
+    sim_stream_destroy(a.s);
 }
 
 static void test_ordering(int mech, CUcontext ctx_a, CUcontext ctx_b)
@@ -311,6 +358,45 @@ static void test_failed_watch_tells_the_context(int mech, bool on_event)
     sim_stream_destroy(s);
     sim_stream_destroy(f);
     sim_ctx_destroy(ctx);
+}
+
+/* A watch of an event of another context that faulted (faults here stay in
+ * their context) fails with that context's error, and the current
+ * context's own waits, whose work is healthy, complete without it. */
+static void test_event_of_another_faulted_context(int mech)
+{
+    CUcontext mine = NULL, other = NULL, ignored;
+    sim_ctx_create(0, &mine);
+    sim_ctx_create(0, &other);
+    CUstream s = new_stream(mine), f = new_stream(other);
+    sim_push(other);
+    CUevent ev = NULL;
+    sim_event_create(&ev, 0);
+    sim_pop(&ignored);
+    sim_launch(f, 1000 * 1000, CUDA_ERROR_ILLEGAL_ADDRESS);
+    sim_event_record(ev, f);
+    usleep(20 * 1000); /* faulted */
+    cudafd_notifier *n = NULL;
+    cudafd_notifier_create(mech, &n);
+    sim_launch(s, 100 * 1000 * 1000, 0);
+    uint64_t t = 0, t2 = 0;
+    CHECK(cudafd_watch_stream(n, (uintptr_t)s, &t) == CUDAFD_OK, "mech %d: watch the healthy work", mech);
+    sim_push(mine);
+    int rc = cudafd_watch_event(n, (uintptr_t)ev, &t2);
+    sim_pop(&ignored);
+    CHECK(rc == CUDAFD_E_CUDA && cudafd_last_cuda_error() == CUDA_ERROR_ILLEGAL_ADDRESS,
+          "mech %d: the watch of the faulted context's event fails (rc %d)", mech, rc);
+    cudafd_completion c[1];
+    CHECK(collect(n, c, 1, 5.0) == 1 && c[0].token == t && c[0].status == 0,
+          "mech %d: the healthy wait completes without the other context's fault (status %lld)", mech,
+          (long long)c[0].status);
+    cudafd_notifier_destroy(n);
+    cudafd_release_idle();
+    sim_event_destroy(ev);
+    sim_stream_destroy(s);
+    sim_stream_destroy(f);
+    sim_ctx_destroy(mine);
+    sim_ctx_destroy(other);
 }
 
 static void test_fault(int mech)
@@ -1237,6 +1323,7 @@ int main(void)
     }
     for (int m = 0; m < nmechs; m++) {
         test_ordering(mechs[m], a, b);
+        test_concurrent_watches_keep_record_order(mechs[m], a);
         test_threads(mechs[m], a);
         test_cancel(mechs[m], a);
         test_close(mechs[m], a);
@@ -1256,6 +1343,8 @@ int main(void)
     test_budgets_on_one_stream(a);
     test_nearby_lanes_share_a_round(a);
     test_primary_released_after_a_failed_first_stream();
+    test_event_of_another_faulted_context(CUDAFD_MECH_EVENT);
+    test_event_of_another_faulted_context(CUDAFD_MECH_HOSTFUNC);
     for (int i = 0; i < 4; i++)
         test_failed_watch_tells_the_context(i < 2 ? CUDAFD_MECH_EVENT : CUDAFD_MECH_HOSTFUNC, i % 2);
     for (int mech = CUDAFD_MECH_EVENT; mech <= CUDAFD_MECH_SPIN; mech++)
