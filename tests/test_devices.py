@@ -4,7 +4,9 @@ GPUs where the machine has them (CUDAFD_TEST_DRIVER=real; skipped with fewer).
 One Notifier serves streams of both devices, each wait making its stream's
 context current itself whatever context the caller has current (and leaving
 the caller's as it was); a framework's default stream or event of device 1
-is device 1's, not the current context's; a fault on one device ends every
+is device 1's, not the current context's, and one of device 0 is device 0's
+primary context's while another context of device 0 is current; a fault on
+one device ends every
 wait of the process, as the driver of two H200s reports it on both, while a
 process per GPU keeps it to its own."""
 from __future__ import annotations
@@ -25,6 +27,7 @@ import cudafd
 from cudafd._core import driver as _driver, kernels as _kernels
 from fault_scenario import SURFACE_BOUND_S, two_devices
 from support import MECHANISMS, REAL, Device, child_env, readable, release_idle, run
+from test_own_context import _OwnContext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -123,7 +126,9 @@ def test_one_notifier_over_two_devices(flavor, mechanism):
 
 # What a torch.cuda.Stream, a CuPy stream and a torch.cuda.Event of device 1 show
 # cudafd (the class name and module are what it recognises them by).
+_DEVICE_0 = types.SimpleNamespace(type="cuda", index=0)
 _DEVICE_1 = types.SimpleNamespace(type="cuda", index=1)
+_TorchStream0 = type("Stream", (), {"__module__": "torch.cuda.streams", "cuda_stream": 0, "device": _DEVICE_0})
 _TorchStream = type("Stream", (), {"__module__": "torch.cuda.streams", "cuda_stream": 0, "device": _DEVICE_1})
 _CupyStream = type("Stream", (), {"__module__": "cupy.cuda.stream", "ptr": 0, "device_id": 1})
 _TorchEvent = type("Event", (), {"__module__": "torch.cuda.streams", "cuda_event": 0, "device": _DEVICE_1})
@@ -375,3 +380,46 @@ def test_a_fence_of_device_1s_default_stream_waits_for_device_1(mech):
                 assert f.wait(timeout=30)
     finally:
         _release_primaries(drv, ctxs)
+
+
+@pytest.mark.parametrize("mech", MECHANISMS)
+def test_a_framework_default_stream_with_an_own_context_of_its_device_current(mech):
+    """A Fence of device 0's default stream (handle 0, named by a framework's stream
+    object) made while a context of the caller's own on device 0 is current (as a
+    PyCUDA context would be) is the framework's, in device 0's primary context: it
+    is not done while the kernel there runs, though the own context's default stream
+    is idle, and it is done once the kernel has ended; the own context is current
+    again after each call."""
+    drv = _driver.get()
+    drv.init()
+    primary = ctypes.c_void_p()
+    _driver.check(drv.cuDevicePrimaryCtxRetain(ctypes.byref(primary), 0))  # as a framework holds it
+    mine = _OwnContext()
+
+    def running() -> bool:
+        with drv.pushed(primary.value):
+            return drv.cuStreamQuery(0) != 0
+
+    try:
+        with drv.pushed(mine.ctx):
+            with drv.pushed(primary.value):
+                _kernels.launch_spin(0, 1.0)
+            with cudafd.fence(_TorchStream0(), mech) as f:
+                looks, deadline = 0, time.monotonic() + 30
+                while True:  # until the kernel ends; each look comes before the query
+                    said = (readable(f, 0.01), f.done())
+                    assert _current() == mine.ctx, "the fence left another context current"
+                    if not running():
+                        break
+                    assert said == (False, False), f"(readable, done) {said} while the primary context's kernel ran"
+                    looks += 1
+                    assert time.monotonic() < deadline, "the 1 s kernel still runs after 30 s"
+                assert looks, "the kernel ended before the fence was looked at"
+                assert f.wait(timeout=30)
+    finally:
+        with drv.pushed(primary.value):
+            drv.cuCtxSynchronize()
+        release_idle()
+        mine.destroy()
+        _kernels.forget(primary.value)
+        drv.cuDevicePrimaryCtxRelease(0)

@@ -22,13 +22,14 @@ recorded event, meaning "its latest record". Recognised:
   record which stream produced an array). Work enqueued on other streams is
   not covered: wait on that stream, or on an event recorded after the work.
 
-Another device's default stream and events. A framework's default stream
-has the handle 0 (or CU_STREAM_LEGACY, CU_STREAM_PER_THREAD), which the
-driver takes as the default stream of the *current* context. For a torch or
-CuPy stream, tensor or array of a device other than the current context's,
-the Target therefore carries that device's primary context (the frameworks'
-own), which the Notifier makes current around the calls that name the
-handle; every other stream carries its context itself (cuStreamGetCtx). An
+Default streams and events of a framework's device. A framework's default
+stream has the handle 0 (or CU_STREAM_LEGACY, CU_STREAM_PER_THREAD), which
+the driver takes as the default stream of the *current* context. For a torch
+or CuPy stream, tensor or array, the Target therefore carries its device's
+primary context (the frameworks' own) unless that is the current context
+(the current one may be another device's, or another context of the same
+device: PyCUDA's, the caller's own), which the Notifier makes current around
+the calls that name the handle; every other stream carries its context itself (cuStreamGetCtx). An
 event's context cannot be asked of the driver, and the core makes the
 current one wait for it; a torch event knows its device, so its Target
 carries that device's context too, and its wait stays on its device.
@@ -65,8 +66,8 @@ class Target:
     stream or event it owns is not destroyed under the wait. ``ctx`` is the
     CUcontext to make current while watching an event, where the target knows
     it (0: the caller's current context, as the native core requires for
-    events), or while naming a default stream of another device's context
-    (module docstring; 0: the handle's own or the current one).
+    events), or while naming a framework's default stream with another context
+    current (module docstring; 0: the handle's own or the current one).
     """
 
     __slots__ = ("kind", "handle", "keep", "ctx")
@@ -148,16 +149,28 @@ def _ordinal(obj: object) -> int | None:
     return None
 
 
+# device ordinal -> its primary context's handle, as last found active: a primary
+# context released and retained again keeps its handle (docs/design.md)
+_PRIMARY: dict[int, int] = {}
+
+
 def _device_ctx(obj: object) -> int:
     """The primary context of the device ``obj`` names (module docstring), or 0 where that
-    is the current context's device or no device is named."""
+    is the current context, is not active, or no device is named."""
     ordinal = _ordinal(obj)
     if ordinal is None:
         return 0
     from . import driver as _driver
 
     drv = _driver.get()
-    return 0 if drv.current_device() == ordinal else drv.primary_ctx(ordinal)
+    drv.init()
+    current = drv.current_ctx()
+    if current and _PRIMARY.get(ordinal) == current:  # the common case: one driver call
+        return 0
+    primary = drv.primary_ctx(ordinal)
+    if primary:
+        _PRIMARY[ordinal] = primary
+    return 0 if primary == current else primary
 
 
 def _stream(handle: int, keep: object, named_by: object) -> Target:
