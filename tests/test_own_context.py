@@ -2,7 +2,9 @@
 (cancelled, or their Notifier closed) and ``cudafd_release_idle`` returned,
 while another Notifier stays open: nothing of cudafd's reaches the driver
 with a handle of the dead context afterwards (a real driver crashes on one),
-and the open Notifier's wait completes."""
+and the open Notifier's wait completes. The same with the poll mechanism's
+Notifier itself kept open, its wait in the dead context having ended or been
+cancelled."""
 from __future__ import annotations
 
 import ctypes
@@ -32,6 +34,61 @@ def test_an_own_context_destroyed_after_its_hostfunc_work_ended(how):
     go of: cudafd_release_idle waits for the watchdog to take the wait, which
     asks about its event once more, before the context is destroyed."""
     _run("hostfunc", how, True)
+
+
+@pytest.mark.parametrize("how", ["end", "cancel"])
+def test_an_own_context_destroyed_under_an_open_poll_notifier(how):
+    """A poll Notifier's wait in a context of the caller's own ended (drained) or was
+    cancelled while its kernel ran; the context is destroyed after
+    ``cudafd_release_idle`` with the Notifier open, which then serves a wait of
+    another context and closes: none of its events of the dead context reaches the
+    driver."""
+    if not REAL:
+        _destroy_under_an_open_poll_notifier(how)
+        return
+    in_child(f"test_own_context._destroy_under_an_open_poll_notifier({how!r})")
+
+
+def _destroy_under_an_open_poll_notifier(how: str) -> None:
+    drv = _driver.get()
+    drv.init()
+    wait_for_zero_counts()
+    dead_before = drv.sim.stats()["dead_handle_calls"] if drv.sim else 0
+    other = cudafd.sim.Device(1) if drv.sim else None
+    if other is not None:
+        other_ctx = other.context
+    else:  # the GPU's primary context, as a framework's
+        primary = ctypes.c_void_p()
+        _driver.check(drv.cuDevicePrimaryCtxRetain(ctypes.byref(primary), 0))
+        other_ctx = primary.value
+    o = ctypes.c_void_p()
+    with _driver.pushed(other_ctx):
+        _driver.check(drv.cuStreamCreate(ctypes.byref(o), 1))
+    mine = _OwnContext()
+    with cudafd.Notifier("poll") as n:
+        _kernels.launch_spin(mine.stream, 0.001 if how == "end" else 1.5)
+        token = n.watch(mine.stream)
+        if how == "end":
+            assert drain_until(n, token, 30) == [(token, None)]
+        else:
+            assert n.cancel(token)
+        release_idle()
+        mine.destroy()
+        _kernels.launch_spin(o.value, 0.01)
+        kept = n.watch(o.value)
+        assert drain_until(n, kept, 30) == [(kept, None)]  # the Notifier asked the driver meanwhile
+    with _driver.pushed(other_ctx):
+        drv.cuStreamSynchronize(o.value)
+        drv.cuStreamDestroy(o.value)
+    if other is not None:
+        other.close()
+    else:
+        _kernels.forget(other_ctx)
+        drv.cuDevicePrimaryCtxRelease(0)
+    if drv.sim:
+        assert drv.sim.stats()["dead_handle_calls"] == dead_before, "an event of a destroyed context reached the driver"
+    left = wait_for_zero_counts()
+    assert not any(left.values()), left
 
 
 def _run(mechanism: str, how: str, synchronized: bool) -> None:

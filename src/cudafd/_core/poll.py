@@ -42,7 +42,12 @@ contexts.c): a caller releasing the primary context meanwhile would
 otherwise destroy it under them, and a primary context retained again has
 the old one's handle, so a pooled event of the old one would be handed to
 the new one: a call given an event of a destroyed context crashed the
-process on an H100 (bench/ctx_reuse.py).
+process on an H100 (bench/ctx_reuse.py). There a finished wait's event goes
+to a pool per context, and a cancelled wait's is asked about until its
+record completes, then pooled. In any other context (the caller's own,
+which it may destroy once its waits ended or were cancelled: docs/guide.md)
+an event lives only as long as its wait: a finished or cancelled wait's
+event is destroyed at once.
 
 fork(): in a child forked after the driver was initialised, every call
 that would reach the driver raises CudafdError (_fork.MESSAGE), and a
@@ -127,8 +132,8 @@ class PollBackend:
         self._lane_of: dict[int, tuple[int, int, int]] = {}
         self._events: dict[int, int] = {}  # token -> caller's event
         self._done: list[tuple[int, int]] = []
-        self._retiring: list[tuple[int, int]] = []  # (event, ctx) of cancelled watches
-        self._pool: dict[int, list[int]] = {}  # ctx -> idle events
+        self._retiring: list[tuple[int, int]] = []  # (event, ctx) of cancelled watches in held contexts
+        self._pool: dict[int, list[int]] = {}  # held ctx -> idle events
         self._held: dict[int, int] = {}  # ctx -> the device whose primary context this is (held), else -1
         self._nevents = 0
         self._signalled = False
@@ -174,7 +179,8 @@ class PollBackend:
         _count("events", -1)
 
     def _give_event(self, ev: int, ctx: int, status: int) -> None:
-        if status == 0 and not self._closed:
+        """An event whose wait ended: pooled in a held primary context, else destroyed."""
+        if status == 0 and not self._closed and self._held.get(ctx, -1) >= 0:
             self._pool.setdefault(ctx, []).append(ev)
         else:
             self._destroy_event(ev)
@@ -237,7 +243,10 @@ class PollBackend:
             for i, (tok, ev, ctx) in enumerate(lane):
                 if tok == token:
                     del lane[i]
-                    self._retiring.append((ev, ctx))  # reused once its record completes
+                    if self._held.get(ctx, -1) >= 0:
+                        self._retiring.append((ev, ctx))  # pooled once its record completes
+                    else:
+                        self._destroy_event(ev)  # its context may be destroyed once the wait is let go
                     break
             if not lane:
                 del self._lanes[key]
