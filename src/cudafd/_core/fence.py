@@ -289,6 +289,8 @@ class Fence:
 def fence(target: object, mechanism: str | None = None) -> Fence:
     """A one-shot Fence for the current end of a stream, or an event's latest record.
 
-    See Fence. ``mechanism`` as for Notifier (default "event", or $CUDAFD_MECHANISM).
+    The event may be re-recorded or destroyed once fence() returns, except with
+    the "poll" mechanism, which asks about the event itself (its latest record
+    then): there not until the fence is done. See Fence. ``mechanism`` as for Notifier (default "event", or $CUDAFD_MECHANISM).
     """
     return Fence(target, mechanism)

@@ -277,6 +277,9 @@ class Notifier:
 
         ``target`` is a stream (all work enqueued on it so far) or a recorded
         event (its latest record); see the guide (docs/guide.md) for what is accepted.
+        The event may be re-recorded or destroyed once watch() returns, except
+        with the "poll" mechanism, which asks about the event itself (its latest
+        record then): there not until the wait ends.
         The target object is kept alive until the token is drained or
         cancelled. Raises TypeError/ValueError for a bad target, CudaError if
         the driver refuses (a dead handle, a context that already faulted),

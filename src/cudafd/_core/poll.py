@@ -4,7 +4,9 @@ Used when asked for, and where libcudafd.so cannot load. A stream
 watch records a pooled ``CU_EVENT_DISABLE_TIMING`` event at the stream's
 current end (with the stream's context made current for the record); an
 event watch queries the caller's event itself (so it follows the event's
-latest record at query time, not at watch time as the native core does).
+latest record at query time, not at watch time as the native core does,
+and the caller must not re-record or destroy the event until the wait ends:
+docs/guide.md).
 
 Who asks, and when. poll() asks about the head wait of each stream (and each
 event watch) that is due, and queues what finished. A head is due again

@@ -101,9 +101,10 @@ def wait(target: object, *, notifier: Notifier | None = None) -> Coroutine[Any, 
     """``await cudafd.wait(target)``: wait, without blocking the event loop, until the GPU has passed ``target``.
 
     ``target`` is a stream (all work enqueued on it before the await starts)
-    or a recorded event (its latest record). Without ``notifier``, the running
-    loop's default Notifier is used (one per loop, created on first use,
-    closed when the loop is collected).
+    or a recorded event (its latest record; with the "poll" mechanism, which
+    asks about the event itself, do not re-record or destroy it until the wait
+    ends). Without ``notifier``, the running loop's default Notifier is used
+    (one per loop, created on first use, closed when the loop is collected).
 
     Raises CudaError if the awaited work (or its context) faulted, ClosedError
     if the notifier was closed meanwhile, TypeError/ValueError for a bad target.
