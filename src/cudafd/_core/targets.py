@@ -29,10 +29,11 @@ or CuPy stream, tensor or array, the Target therefore carries its device's
 primary context (the frameworks' own) unless that is the current context
 (the current one may be another device's, or another context of the same
 device: PyCUDA's, the caller's own), which the Notifier makes current around
-the calls that name the handle; every other stream carries its context itself (cuStreamGetCtx). An
-event's context cannot be asked of the driver, and the core makes the
-current one wait for it; a torch event knows its device, so its Target
-carries that device's context too, and its wait stays on its device.
+the calls that name the handle; every other stream carries its context
+itself (cuStreamGetCtx). An event's context cannot be asked of the driver,
+and the core makes the current one wait for it; a torch event knows its
+device, so its Target carries that device's context too, and its wait stays
+on its device.
 
 Dispatch is on the module names along the object's type's MRO, cached per
 type, so no framework is ever imported here and subclasses work.
