@@ -142,6 +142,7 @@ static void retire_streams(cfd_side_pool *p)
         if (p->stream[i] && p->busy[i] == 0) {
             cu.cuStreamDestroy(p->stream[i]);
             p->stream[i] = NULL;
+            p->stale[i] = false;
             p->filled = false;
             cfd_count(ST_STREAMS, -1);
         }
@@ -276,6 +277,7 @@ static void check_kept_locked(cfd_side_pool *p)
         for (int i = 0; i < CFD_SIDE_MAX; i++) {
             if (p->stream[i] && p->busy[i] == 0) {
                 p->stream[i] = NULL; /* destroyed with its context */
+                p->stale[i] = false;
                 cfd_count(ST_STREAMS, -1);
             }
         }
@@ -299,16 +301,40 @@ void cfd_probe_end(void)
     pthread_cond_broadcast(&g.poller_gone_cv); /* cudafd_release_idle waits for no probe */
 }
 
-/* An idle side stream, else a slot for a new one, else the least busy. */
-static int pick_side(const cfd_side_pool *p)
+/*
+ * A stream runs in order, so a side stream still waiting for the point a
+ * holder queued there (cuStreamWaitEvent on a caller's event, or on an event
+ * of a caller's stream) holds up all that is queued on it after, though its
+ * holder let go of it: a cancelled wait on 3 s of work would hold a later
+ * wait on a complete event 3 s. Such a release marks the slot stale, and a
+ * stale slot is taken last of the idle ones: an idle one that is not stale,
+ * else an empty slot (a new stream), else an idle stale one, whose stream
+ * cfd_side_stream destroys (the driver frees it once its work is done) and
+ * makes again, else the least busy one that is not stale, else the least
+ * busy. So no stream is made while an idle one that is not stale is left,
+ * and no wait is queued behind a stale point while another slot can take it.
+ * An idle stale one is not made again while a probe runs (`renew` false): a
+ * hostfunc launch is one, and its wait, which held the stream, may have
+ * ended meanwhile (hostfunc.c).
+ */
+static int pick_side(const cfd_side_pool *p, bool renew)
 {
     for (int i = 0; i < CFD_SIDE_MAX; i++)
-        if (p->stream[i] && p->busy[i] == 0)
+        if (p->stream[i] && p->busy[i] == 0 && !p->stale[i])
             return i;
     for (int i = 0; i < CFD_SIDE_MAX; i++)
         if (!p->stream[i] && p->busy[i] == 0)
             return i;
-    int best = 0;
+    for (int i = 0; i < CFD_SIDE_MAX && renew; i++)
+        if (p->busy[i] == 0)
+            return i; /* stale */
+    int best = -1;
+    for (int i = 0; i < CFD_SIDE_MAX; i++)
+        if (!p->stale[i] && (best < 0 || p->busy[i] < p->busy[best]))
+            best = i;
+    if (best >= 0)
+        return best;
+    best = 0;
     for (int i = 1; i < CFD_SIDE_MAX; i++)
         if (p->busy[i] < p->busy[best])
             best = i;
@@ -332,16 +358,18 @@ static int hold_side(cfd_side_pool *p, uintptr_t key)
             p->capkeys = cap;
         }
         e = &p->keys[p->nkeys++];
-        *e = (cfd_side_key){key, pick_side(p), 0};
+        *e = (cfd_side_key){key, pick_side(p, !g.probing), 0};
     }
     e->inflight++;
     p->busy[e->side]++;
     return e->side;
 }
 
-void cfd_side_release(cfd_side_pool *p, uintptr_t key, int index)
+void cfd_side_release(cfd_side_pool *p, uintptr_t key, int index, bool passed)
 {
     p->busy[index]--;
+    if (!passed)
+        p->stale[index] = true; /* cleared when its stream is destroyed */
     for (int k = 0; k < p->nkeys; k++)
         if (p->keys[k].key == key) {
             if (--p->keys[k].inflight == 0)
@@ -389,15 +417,25 @@ int cfd_side_stream(cfd_side_pool *p, uintptr_t key, bool fill, CUstream *out, i
         cfd_side_fill_locked(p, CFD_SIDE_MAX);
     int i = hold_side(p, key);
     CUstream s = i >= 0 ? p->stream[i] : NULL;
+    CUstream old = NULL;
+    if (s && p->stale[i] && p->busy[i] == 1 && !g.probing) { /* an idle stale one (pick_side): made again */
+        old = s;
+        s = p->stream[i] = NULL;
+        p->stale[i] = false;
+    }
     pthread_mutex_unlock(&g.mu);
     if (i < 0)
         return cfd_fail(CUDAFD_E_NOMEM, "out of memory for a side stream record");
+    if (old) { /* its pending work, if any, still runs; the driver frees the stream after */
+        cu.cuStreamDestroy(old);
+        cfd_count(ST_STREAMS, -1);
+    }
     if (!s) {
         CUstream fresh = NULL;
         CUresult r = cu.cuStreamCreate(&fresh, CU_STREAM_NON_BLOCKING);
         if (r != CUDA_SUCCESS) {
             pthread_mutex_lock(&g.mu);
-            cfd_side_release(p, key, i);
+            cfd_side_release(p, key, i, true);
             pthread_mutex_unlock(&g.mu);
             return cfd_fail_cuda(r, "cuStreamCreate (side stream)");
         }

@@ -46,7 +46,8 @@
  *
  * Side streams (contexts.c): the waits of one caller's stream share one, so
  * their host functions run in order; a stream with nothing in flight gets an
- * idle one, or a new one up to CFD_SIDE_MAX per context, so a wait behind a
+ * idle one, or a new one up to CFD_SIDE_MAX per context (one that a wait let
+ * go of may have left waiting is taken last: pick_side), so a wait behind a
  * long kernel holds up no other stream's notification until more than
  * CFD_SIDE_MAX streams are in flight at once.
  */
@@ -152,7 +153,7 @@ void cfd_hostfunc_end_faulted_locked(void)
         next = w->next;
         if (w->cx->fault) {
             hf_leave(w);
-            cfd_wait_complete(w, w->cx->fault, false);
+            cfd_wait_complete(w, w->cx->fault, true, false);
         }
     }
 }
@@ -161,14 +162,16 @@ void cfd_hostfunc_end_faulted_locked(void)
  * once: no host function of it was launched, so none will run, and left in
  * the queue the watchdog's fault check would go on asking about its event
  * and it would keep its side stream, in a context the caller may destroy
- * once its own work is over (cudafd_release_idle). One launched stays until
- * its host function runs or a fault ends it. g.mu held; w may be freed. */
+ * once its own work is over (cudafd_release_idle). Its side stream is past
+ * it only if it never waited for its point (side_wait_due): else it may still
+ * wait there, and is released stale. One launched stays until its host
+ * function runs or a fault ends it. g.mu held; w may be freed. */
 void cfd_hostfunc_drop_locked(cfd_wait *w)
 {
     cfd_wait_drop(w);
     if (!w->launched) {
         hf_leave(w);
-        cfd_wait_complete(w, 0, false);
+        cfd_wait_complete(w, 0, w->side_wait_due, false);
     }
 }
 
@@ -279,6 +282,7 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, ui
         return rc;
     CUresult r;
     bool waited = true; /* the side stream waits for ev already */
+    bool side_waits = false; /* the side stream waits for the point (released stale on failure) */
     if (on_stream) {
         /* the point on the caller's stream; the side stream waits for it now
          * if the host function can be launched now, else at the launch */
@@ -288,10 +292,12 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, ui
         rc = cfd_record(cx, user_stream, NULL, &ev);
         if (rc == CUDAFD_OK && waited && (r = cu.cuStreamWaitEvent(side, ev, 0)) != CUDA_SUCCESS)
             rc = cfd_fail_cuda(r, "cuStreamWaitEvent (side stream)");
+        side_waits = rc == CUDAFD_OK && waited;
     } else {
         /* the side stream waits for the caller's event; our event marks that */
         if ((r = cu.cuStreamWaitEvent(side, user_event, 0)) != CUDA_SUCCESS)
             rc = cfd_fail_cuda(r, "cuStreamWaitEvent on the event");
+        side_waits = rc == CUDAFD_OK;
         if (rc == CUDAFD_OK)
             rc = cfd_record(cx, side, NULL, &ev);
     }
@@ -299,7 +305,7 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, ui
         pthread_mutex_lock(&g.mu);
         if (ev)
             cfd_ctx_give_event(cx, ev);
-        cfd_side_release(&cx->side, key, side_index);
+        cfd_side_release(&cx->side, key, side_index, !side_waits);
         pthread_mutex_unlock(&g.mu);
         return rc;
     }
@@ -320,10 +326,10 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, ui
     }
     if (rc != CUDAFD_OK) {
         if (w) {
-            cfd_wait_discard(w);
+            cfd_wait_discard(w, !side_waits);
         } else {
             cfd_ctx_give_event(cx, ev);
-            cfd_side_release(&cx->side, key, side_index);
+            cfd_side_release(&cx->side, key, side_index, !side_waits);
         }
         pthread_mutex_unlock(&g.mu);
         return rc;
@@ -368,9 +374,9 @@ int cfd_hostfunc_watch(cudafd_notifier *n, cfd_ctx *cx, CUstream user_stream, ui
         refused = !w->delivered;
         hf_leave(w);
         if (refused)
-            cfd_wait_discard(w);
+            cfd_wait_discard(w, !side_waits);
         else
-            cfd_wait_complete(w, r, false);
+            cfd_wait_complete(w, r, !side_waits, false);
     }
     pthread_mutex_unlock(&g.mu);
     return refused ? cfd_fail_cuda(r, "cuLaunchHostFunc") : CUDAFD_OK;
@@ -392,7 +398,7 @@ static void launch_deferred(CUcontext *current)
         defer_remove(w);
         if (!w->n) {
             hf_unlink(w);
-            cfd_wait_complete(w, 0, false);
+            cfd_wait_complete(w, 0, w->side_wait_due, false); /* (as cfd_hostfunc_drop_locked) */
             continue;
         }
         w->launched = true;
@@ -407,6 +413,7 @@ static void launch_deferred(CUcontext *current)
         if (ctx != *current && cu.cuCtxSetCurrent(ctx) == CUDA_SUCCESS)
             *current = ctx;
         CUresult r = ev ? cu.cuStreamWaitEvent(side, ev, 0) : CUDA_SUCCESS;
+        bool side_waits = r == CUDA_SUCCESS; /* for its point, since the watch or now */
         if (r == CUDA_SUCCESS)
             r = cu.cuLaunchHostFunc(side, trampoline, (void *)(uintptr_t)tok);
         pthread_mutex_lock(&g.mu);
@@ -414,7 +421,7 @@ static void launch_deferred(CUcontext *current)
         pthread_cond_broadcast(&g.poller_gone_cv); /* cudafd_release_idle waits for the launch */
         if (r != CUDA_SUCCESS && (w = cfd_wait_lookup(tok)) != NULL) {
             hf_leave(w);
-            cfd_wait_complete(w, r, false); /* a faulted or destroyed context: the wait reports it */
+            cfd_wait_complete(w, r, !side_waits, false); /* a faulted or destroyed context: the wait reports it */
         }
         cfd_probe_end();
     }
@@ -540,10 +547,10 @@ static void *watchdog_main(void *arg)
                     done = batch[held[j]].key != batch[i].key || batch[held[j]].ctx != batch[i].ctx;
             if (batch[i].r != CUDA_SUCCESS && batch[i].r != CUDA_ERROR_NOT_READY) {
                 hf_leave(w);
-                cfd_wait_complete(w, batch[i].r, false); /* a fault: no order to keep */
+                cfd_wait_complete(w, batch[i].r, true, false); /* a fault: no order to keep */
             } else if (done) {
                 hf_leave(w);
-                cfd_wait_complete(w, CUDA_SUCCESS, false);
+                cfd_wait_complete(w, CUDA_SUCCESS, true, false); /* its side stream is past its event */
             } else {
                 unconfirmed |= w->fired;
                 held[nheld++] = i;

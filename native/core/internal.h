@@ -68,6 +68,7 @@ typedef struct cfd_side_key { /* a caller's stream or event with waits in flight
 typedef struct cfd_side_pool {
     CUstream stream[CFD_SIDE_MAX]; /* made when needed, or all at a hostfunc watch's first use (contexts.c) */
     int busy[CFD_SIDE_MAX];        /* holders of each */
+    bool stale[CFD_SIDE_MAX];      /* a holder let go of it not known past its point: it may still wait there */
     uint64_t asked[CFD_SIDE_MAX];  /* the watchdog's last round that queried an unfired wait on it (hostfunc.c) */
     cfd_side_key *keys;            /* which stream each key in flight uses */
     int nkeys, capkeys;
@@ -103,11 +104,15 @@ void cfd_probe_end(void);                         /* g.mu held: ends a probe, re
 int cfd_event_create(CUevent *ev);                /* plain (contexts.c); counted; caller's context current */
 /* A side stream for one wait on `key` (a caller's stream or event), held until
  * cfd_side_release: the one the key's waits in flight use (so they stay in
- * order), else an idle one, else a new one (up to CFD_SIDE_MAX), else the
+ * order), else an idle one that is not stale, else a new one (up to
+ * CFD_SIDE_MAX; an idle stale one is destroyed and made again), else the
  * least busy. `fill`: if the pool has not been, make all CFD_SIDE_MAX now
  * (why: contexts.c). cx->ctx current. */
 int cfd_side_stream(cfd_side_pool *p, uintptr_t key, bool fill, CUstream *out, int *index);
-void cfd_side_release(cfd_side_pool *p, uintptr_t key, int index); /* g.mu held */
+/* g.mu held. `passed`: the stream is known to be past what this holder
+ * queued on it (its wait's event found complete or faulted, or nothing of it
+ * was queued there); else the slot is marked stale. */
+void cfd_side_release(cfd_side_pool *p, uintptr_t key, int index, bool passed);
 /* Make the pool's first `count` streams now, those not made yet, and mark it
  * filled; if another thread is filling it, wait for that instead. g.mu held
  * (released while the driver makes them), cx->ctx current. */
@@ -131,6 +136,7 @@ typedef struct cfd_wait {
     bool side_wait_due;  /* hostfunc, put off: its side stream waits for ev only at the launch */
     bool fired;          /* hostfunc: its host function ran; the watchdog confirms ev before success */
     bool delivered;      /* its result was pushed to its notifier (a fault sweep may do so early) */
+    bool over;           /* an ask found its event complete or faulted (cfd_wait_take) */
     bool dropped;        /* let go of before its end (cfd_wait_drop): the poller takes it out of its lane */
     int8_t side;         /* the side stream it holds (cfd_side_stream, cx->side), or -1 */
     uintptr_t side_key;  /* the key it holds it for */
@@ -165,22 +171,27 @@ int cfd_lane_kind(const struct cudafd_notifier *n); /* the lane key's mech for n
 
 cfd_wait *cfd_wait_lookup(uint64_t token); /* g.mu held */
 /* Deliver the result of w, unlink it from its notifier and free it. g.mu held.
- * from_hostfn: running on the driver's callback thread, where no driver call
- * is allowed (idle events are parked rather than destroyed). */
-void cfd_wait_complete(cfd_wait *w, int64_t status, bool from_hostfn);
+ * passed: its side stream, if it holds one, is known to be past w's point
+ * (cfd_side_release). from_hostfn: running on the driver's callback thread,
+ * where no driver call is allowed (idle events are parked rather than
+ * destroyed). */
+void cfd_wait_complete(cfd_wait *w, int64_t status, bool passed, bool from_hostfn);
 /* Hand w's result to the caller that asked (ask.c) instead of its notifier's
  * queue: counted and detached as if drained, left in its lane for the poller
  * to pop; a sticky status dooms the context's other waits too. False if w
  * was detached already. g.mu held. */
 bool cfd_wait_take(cfd_wait *w, int64_t status);
-void cfd_lane_pop(cfd_lane *l, int64_t status); /* complete the head; g.mu held */
+/* Complete the head; CUDA_ERROR_NOT_READY: its event was not found complete
+ * (its side stream is then not known past it, unless an ask found it so). g.mu held. */
+void cfd_lane_pop(cfd_lane *l, int64_t status);
 /* A driver error seen in cx: if sticky, report it to every wait of cx. g.mu held. */
 void cfd_note_fault(cfd_ctx *cx, int64_t status);
 void cfd_lane_free(cfd_lane *l);                /* an empty lane nobody holds; g.mu held */
 /* Record a pooled event at the stream's end; the stream's context current (contexts.c). */
 int cfd_record(cfd_ctx *cx, CUstream stream, CUevent taken, CUevent *out);
 cfd_wait *cfd_wait_new(struct cudafd_notifier *n, cfd_ctx *cx, CUevent ev); /* g.mu held; attached */
-void cfd_wait_discard(cfd_wait *w); /* undo cfd_wait_new before it was published; g.mu held */
+/* Undo cfd_wait_new before it was published; passed: as for cfd_wait_complete. g.mu held. */
+void cfd_wait_discard(cfd_wait *w, bool passed);
 void cfd_wait_detach(cfd_wait *w);  /* from its notifier: it will not be reported; g.mu held */
 /* Its caller let go of w before its end (cancelled, its notifier closed):
  * detached, and, if it is in a lane, marked for the poller to take out at

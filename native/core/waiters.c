@@ -305,7 +305,7 @@ static void drop_all(void)
     while (active) {
         cfd_lane *l = active;
         while (l->head)
-            cfd_lane_pop(l, 0);
+            cfd_lane_pop(l, CUDA_ERROR_NOT_READY); /* not known over, as in reap_dropped */
         retire_lane(l);
     }
 }
@@ -351,7 +351,7 @@ static void reap_dropped(int64_t now)
                     l->head = after, new_head = true;
                 if (l->tail == w)
                     l->tail = prev;
-                cfd_wait_complete(w, CUDA_ERROR_NOT_READY, false); /* not over: its event is destroyed */
+                cfd_wait_complete(w, CUDA_ERROR_NOT_READY, w->over, false); /* not known over: its event is destroyed */
             } else {
                 prev = w;
             }

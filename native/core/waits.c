@@ -223,15 +223,16 @@ bool cfd_wait_take(cfd_wait *w, int64_t status)
         cfd_count(ST_FAULTS, 1);
     cfd_wait_detach(w);
     cfd_note_fault(w->cx, status);
+    w->over = true; /* its side stream, if any, is past it (reap_dropped releases it so) */
     return true;
 }
 
-void cfd_wait_complete(cfd_wait *w, int64_t status, bool from_hostfn)
+void cfd_wait_complete(cfd_wait *w, int64_t status, bool passed, bool from_hostfn)
 {
     deliver(w, status);
     cfd_note_fault(w->cx, status);
     if (w->side >= 0)
-        cfd_side_release(&w->cx->side, w->side_key, w->side);
+        cfd_side_release(&w->cx->side, w->side_key, w->side, passed);
     if (w->sp.rec)
         cfd_syncfd_hold_locked(w->sp.rec, -1);
     if (w->owns_ev && w->ev) {
@@ -292,7 +293,7 @@ void cfd_lane_pop(cfd_lane *l, int64_t status)
     if (!l->head)
         l->tail = NULL;
     l->since = cfd_now_ns();
-    cfd_wait_complete(w, status, false);
+    cfd_wait_complete(w, status, status != CUDA_ERROR_NOT_READY || w->over, false);
 }
 
 /* ---- wait records of a notifier ---- */
@@ -314,11 +315,11 @@ cfd_wait *cfd_wait_new(cudafd_notifier *n, cfd_ctx *cx, CUevent ev)
     return w;
 }
 
-void cfd_wait_discard(cfd_wait *w)
+void cfd_wait_discard(cfd_wait *w, bool passed)
 {
     cfd_wait_detach(w);
     if (w->side >= 0)
-        cfd_side_release(&w->cx->side, w->side_key, w->side);
+        cfd_side_release(&w->cx->side, w->side_key, w->side, passed);
     if (w->sp.rec)
         cfd_syncfd_hold_locked(w->sp.rec, -1);
     cfd_ctx_give_event(w->cx, w->ev);

@@ -47,8 +47,9 @@ static pthread_mutex_t *order_lock(uintptr_t key)
 static uint64_t this_thread(void) { return (uint64_t)syscall(SYS_gettid); }
 
 /* Queue a wait for a recorded pooled event on the lane of (ctx, stream key).
- * `side` (>= 0): the side stream held for `side_key`, which the wait takes
- * over; on failure it is released here. */
+ * `side` (>= 0): the side stream held for `side_key`, which waits for the
+ * caller's event and which the wait takes over; on failure it is released
+ * here, stale (not known past that wait). */
 static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t thread, CUevent ev,
                    int side, uintptr_t side_key, const cfd_syncpt *sp, uint64_t *token)
 {
@@ -68,7 +69,7 @@ static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t t
             cfd_syncfd_hold_locked(sp->rec, 1);
         }
     } else if (side >= 0) {
-        cfd_side_release(&cx->side, side_key, side);
+        cfd_side_release(&cx->side, side_key, side, false);
     }
     if (rc == CUDAFD_OK) {
         w->lane = l;
@@ -84,7 +85,7 @@ static int enqueue(cudafd_notifier *n, cfd_ctx *cx, uintptr_t stream, uint64_t t
             cfd_lane_joined(l, w->budget);
         if (was_empty && !l->active && (rc = cfd_lane_activate(l)) != CUDAFD_OK) {
             l->head = l->tail = NULL;
-            cfd_wait_discard(w);
+            cfd_wait_discard(w, false);
             w = NULL;
         }
     } else if (!w) {
@@ -335,6 +336,7 @@ static int watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token, int
         pthread_mutex_lock(order);
         if (rc == CUDAFD_OK && (r = cu.cuStreamWaitEvent(side, (CUevent)event, 0)) != CUDA_SUCCESS)
             rc = cfd_fail_cuda(r, "cuStreamWaitEvent on the event");
+        bool waits = rc == CUDAFD_OK; /* the side stream waits for the caller's event: released stale on failure */
         if (rc == CUDAFD_OK && n->mech == CUDAFD_MECH_SYNCFD &&
             (rc = cfd_syncfd_signal(cx, side, stream_key((uintptr_t)side), 0, &sp)) == CUDAFD_OK)
             rc = fence_make(&sp, fence_fd);
@@ -344,7 +346,7 @@ static int watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token, int
             rc = enqueue(n, cx, (uintptr_t)side, 0, ev, side_index, event, &sp, token);
         } else if (side_index >= 0) {
             pthread_mutex_lock(&g.mu);
-            cfd_side_release(&cx->side, event, side_index);
+            cfd_side_release(&cx->side, event, side_index, !waits);
             pthread_mutex_unlock(&g.mu);
         }
         pthread_mutex_unlock(order);

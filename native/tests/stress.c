@@ -16,7 +16,9 @@
  * closing what it inherited (the parent's fd stays quiet); waits of two
  * notifiers on one stream, each found within its own max_lateness; more spin waits than the poller asks in one round beside
  * a wait of another notifier; side streams kept
- * past the last notifier and released on request, and a primary context's
+ * past the last notifier and released on request, a side stream left
+ * waiting for a caller's event by a wait let go of kept from later waits,
+ * and a primary context's
  * reference given back when its pool's first stream could not be made; a hostfunc watch made
  * while the watchdog's launch of an earlier one blocks (still in order), and
  * a fault reported, or swept from another wait, while a watch's own launch
@@ -961,6 +963,89 @@ static void test_side_streams_kept(void)
     sim_ctx_destroy(ctx);
 }
 
+static int64_t stat_now(int i)
+{
+    int64_t st[CUDAFD_STAT_COUNT];
+    cudafd_stats(st, CUDAFD_STAT_COUNT);
+    return st[i];
+}
+
+/* A wait on a caller's event let go of before that event completed leaves
+ * its side stream waiting for the event (cuStreamWaitEvent). A later wait on
+ * an event that is complete already is not queued behind it: it takes
+ * another side stream, or, once every slot of the context was left so, one
+ * made in place of such a one. `how`: 0 cancelled (the poller reaps it), 1
+ * its notifier, the only one open, closed (the poller drops every wait), 2
+ * all 32 slots left so by cancels, 3 a hostfunc wait put off (the host
+ * functions' budget spent by a busy stream) and cancelled. */
+static void test_side_stream_left_waiting(int how)
+{
+    const int64_t ms = 1000 * 1000;
+    CUcontext ctx = NULL, ignored;
+    sim_ctx_create(0, &ctx);
+    CUstream s = new_stream(ctx), busy = new_stream(ctx);
+    CUevent e1 = NULL, e2 = NULL;
+    sim_push(ctx);
+    sim_event_create(&e1, 0);
+    sim_event_create(&e2, 0); /* never recorded: complete */
+    sim_launch(s, 3000 * ms, 0);
+    sim_event_record(e1, s);
+    int mech = how == 3 ? CUDAFD_MECH_HOSTFUNC : CUDAFD_MECH_EVENT;
+    cudafd_notifier *n = NULL;
+    cudafd_notifier_create(mech, &n);
+    uint64_t t = 0;
+    int nbusy = 0;
+    if (how == 3) { /* until one is put off */
+        sim_launch(busy, 300 * ms, 0);
+        for (int64_t before = -1; nbusy < 64 && stat_now(7) > before; nbusy++) {
+            before = stat_now(7);
+            CHECK(cudafd_watch_stream(n, (uintptr_t)busy, &t) == CUDAFD_OK, "watch %d of the busy stream", nbusy);
+        }
+    }
+    int64_t pending = stat_now(3);
+    for (int i = 0; i < (how == 2 ? 32 : 1); i++) {
+        CHECK(cudafd_watch_event(n, (uintptr_t)e1, &t) == CUDAFD_OK, "how %d: watch the event behind 3 s (%d)", how, i);
+        if (how == 1) {
+            cudafd_notifier_destroy(n);
+            n = NULL;
+        } else {
+            CHECK(cudafd_cancel(n, t) == CUDAFD_OK, "how %d: cancel (%d)", how, i);
+        }
+        for (double end = now_s() + 5; stat_now(3) > pending && now_s() < end;)
+            usleep(1000); /* its side stream let go of */
+        CHECK(stat_now(3) == pending, "how %d: the wait let go of (%d)", how, i);
+    }
+    if (!n)
+        cudafd_notifier_create(mech, &n);
+    int64_t streams = stat_now(6);
+    if (how == 2)
+        CHECK(streams == 32, "how 2: %lld side streams, each left waiting", (long long)streams);
+    double t0 = now_s();
+    CHECK(cudafd_watch_event(n, (uintptr_t)e2, &t) == CUDAFD_OK, "how %d: watch the complete event", how);
+    cudafd_completion c[65];
+    int got = 0, seen = -1; /* (the busy stream's waits come too, after 300 ms) */
+    while (seen < 0 && got <= nbusy && collect(n, &c[got], 1, 10.0) == 1)
+        if (c[got++].token == t)
+            seen = got - 1;
+    double took = now_s() - t0;
+    CHECK(seen >= 0 && c[seen].status == 0 && took < 1.0, "how %d: the complete event's wait came after %.3f s (%d)",
+          how, took, seen);
+    /* a new stream for it (0, 1); one made in place of one left waiting (2); one of the 32 made at first (3) */
+    CHECK(stat_now(6) == streams + (how < 2), "how %d: %lld side streams, %lld before the watch", how,
+          (long long)stat_now(6), (long long)streams);
+    got -= seen >= 0;
+    CHECK(got + collect(n, c, nbusy - got, 5.0) == nbusy, "how %d: the busy stream's %d waits", how, nbusy);
+    cudafd_notifier_destroy(n);
+    sim_pop(&ignored);
+    cudafd_release_idle();
+    CHECK(stat_now(6) == 0, "how %d: %lld side streams after cudafd_release_idle", how, (long long)stat_now(6));
+    sim_event_destroy(e1);
+    sim_event_destroy(e2);
+    sim_stream_destroy(s); /* its work still running */
+    sim_stream_destroy(busy);
+    sim_ctx_destroy(ctx);
+}
+
 /* hostfunc: a watch made while the watchdog launches an earlier wait of the
  * same stream that was put off (the budget of host functions spent), and
  * the launch blocks, is launched behind it: the two complete in order. The
@@ -1336,6 +1421,8 @@ int main(void)
     test_fork_child(a);
     test_many_spinning();
     test_side_streams_kept();
+    for (int how = 0; how < 4; how++)
+        test_side_stream_left_waiting(how);
     test_hostfunc_launch_order(a);
     test_hostfunc_fault_during_launch();
     test_hostfunc_swept_during_launch();
