@@ -7,10 +7,19 @@ Notifier itself kept open, its wait in the dead context having ended or been
 cancelled."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
+from collections.abc import Iterator
 
 import pytest
-from support import REAL, drain_until, in_child, live_counts, release_idle, wait_for_zero_counts
+from support import (
+    REAL,
+    drain_until,
+    in_child,
+    live_counts,
+    release_idle,
+    wait_for_zero_counts,
+)
 
 import cudafd
 from cudafd._core import driver as _driver
@@ -50,22 +59,7 @@ def test_an_own_context_destroyed_under_an_open_poll_notifier(how):
 
 
 def _destroy_under_an_open_poll_notifier(how: str) -> None:
-    drv = _driver.get()
-    drv.init()
-    wait_for_zero_counts()
-    dead_before = drv.sim.stats()["dead_handle_calls"] if drv.sim else 0
-    other = cudafd.sim.Device(1) if drv.sim else None
-    if other is not None:
-        other_ctx = other.context
-    else:  # the GPU's primary context, as a framework's
-        primary = ctypes.c_void_p()
-        _driver.check(drv.cuDevicePrimaryCtxRetain(ctypes.byref(primary), 0))
-        other_ctx = primary.value
-    o = ctypes.c_void_p()
-    with _driver.pushed(other_ctx):
-        _driver.check(drv.cuStreamCreate(ctypes.byref(o), 1))
-    mine = _OwnContext()
-    with cudafd.Notifier("poll") as n:
+    with _another_context_beside_mine() as (o, mine), cudafd.Notifier("poll") as n:
         _kernels.launch_spin(mine.stream, 0.001 if how == "end" else 1.5)
         token = n.watch(mine.stream)
         if how == "end":
@@ -74,21 +68,9 @@ def _destroy_under_an_open_poll_notifier(how: str) -> None:
             assert n.cancel(token)
         release_idle()
         mine.destroy()
-        _kernels.launch_spin(o.value, 0.01)
-        kept = n.watch(o.value)
+        _kernels.launch_spin(o, 0.01)
+        kept = n.watch(o)
         assert drain_until(n, kept, 30) == [(kept, None)]  # the Notifier asked the driver meanwhile
-    with _driver.pushed(other_ctx):
-        drv.cuStreamSynchronize(o.value)
-        drv.cuStreamDestroy(o.value)
-    if other is not None:
-        other.close()
-    else:
-        _kernels.forget(other_ctx)
-        drv.cuDevicePrimaryCtxRelease(0)
-    if drv.sim:
-        assert drv.sim.stats()["dead_handle_calls"] == dead_before, "an event of a destroyed context reached the driver"
-    left = wait_for_zero_counts()
-    assert not any(left.values()), left
 
 
 def _run(mechanism: str, how: str, synchronized: bool) -> None:
@@ -130,6 +112,35 @@ class _OwnContext:
 
 
 def _destroy_after_letting_go(mechanism: str, how: str, synchronized: bool) -> None:
+    with _another_context_beside_mine() as (o, mine), cudafd.Notifier("event") as stays:
+        _kernels.launch_spin(o, 2.0)
+        kept = stays.watch(o)
+        # still running when its context goes, or over and synchronized
+        _kernels.launch_spin(mine.stream, 0.05 if synchronized else 1.5)
+        n = cudafd.Notifier(mechanism)
+        token = n.watch(mine.stream)
+        if synchronized:
+            with _driver.pushed(mine.ctx):
+                _driver.check(mine.drv.cuCtxSynchronize(), "cuCtxSynchronize")
+        if how == "cancel":
+            n.cancel(token)
+        else:
+            n.close()
+        release_idle()  # waits for the poller (the watchdog) to let the wait go, frees the context's record
+        counts = live_counts()
+        assert counts["pending"] == 1, f"the {how} left its wait pending: {counts}"
+        mine.destroy()
+        n.close()
+        del n
+        assert dict(drain_until(stays, kept, 30))[kept] is None  # the open Notifier's wait completed, without error
+
+
+@contextlib.contextmanager
+def _another_context_beside_mine() -> Iterator[tuple[int, _OwnContext]]:
+    """A stream of another context (the GPU's primary one, as a framework's; a second
+    simulated device on the simulator), and a context of the test's own; afterwards
+    the stream and the other context go, no event of a destroyed context reached
+    the driver (the simulator counts them), and every live count is back at zero."""
     drv = _driver.get()
     drv.init()
     wait_for_zero_counts()
@@ -144,28 +155,7 @@ def _destroy_after_letting_go(mechanism: str, how: str, synchronized: bool) -> N
     o = ctypes.c_void_p()
     with _driver.pushed(other_ctx):
         _driver.check(drv.cuStreamCreate(ctypes.byref(o), 1))
-    mine = _OwnContext()
-    with cudafd.Notifier("event") as stays:
-        _kernels.launch_spin(o.value, 2.0)
-        kept = stays.watch(o.value)
-        # still running when its context goes, or over and synchronized
-        _kernels.launch_spin(mine.stream, 0.05 if synchronized else 1.5)
-        n = cudafd.Notifier(mechanism)
-        token = n.watch(mine.stream)
-        if synchronized:
-            with _driver.pushed(mine.ctx):
-                _driver.check(drv.cuCtxSynchronize(), "cuCtxSynchronize")
-        if how == "cancel":
-            n.cancel(token)
-        else:
-            n.close()
-        release_idle()  # waits for the poller (the watchdog) to let the wait go, frees the context's record
-        counts = live_counts()
-        assert counts["pending"] == 1, f"the {how} left its wait pending: {counts}"
-        mine.destroy()
-        n.close()
-        del n
-        assert dict(drain_until(stays, kept, 30))[kept] is None  # the open Notifier's wait completed, without error
+    yield o.value, _OwnContext()
     with _driver.pushed(other_ctx):
         drv.cuStreamSynchronize(o.value)
         drv.cuStreamDestroy(o.value)

@@ -111,14 +111,7 @@ static int find(struct expect *e, int n, uint64_t token)
     return -1;
 }
 
-struct watcher {
-    cudafd_notifier *n;
-    CUstream s;
-    uint64_t token;
-    int rc;
-};
-
-static void *watch_on_a_thread(void *p)
+void *watch_on_a_thread(void *p)
 {
     struct watcher *w = p;
     w->rc = cudafd_watch_stream(w->n, (uintptr_t)w->s, &w->token);

@@ -19,6 +19,15 @@ extern void (*sim_delay_next_host_launch)(uint64_t);
 extern void (*sim_delay_next_query)(uint64_t);
 
 CUstream new_stream(CUcontext ctx); /* a non-blocking stream of ctx */
+/* One cudafd_watch_stream on a thread of its own (pthread_create's start:
+ * watch_on_a_thread), its token and result kept. */
+struct watcher {
+    cudafd_notifier *n;
+    CUstream s;
+    uint64_t token;
+    int rc;
+};
+void *watch_on_a_thread(void *watcher);
 /* stress_syncfd.c: the syncfd mechanism's own checks; whether the fakes are
  * set up ($CUDAFD_SYNCFD_FAKE), so that syncfd must be available. */
 bool syncfd_expected(void);

@@ -310,21 +310,6 @@ static void test_release_while_the_last_notifier_closes(void)
     sim_ctx_destroy(other);
 }
 
-struct watcher {
-    cudafd_notifier *n;
-    CUcontext ctx;
-    CUstream s;
-    int rc;
-};
-
-static void *watch_once(void *p)
-{
-    struct watcher *w = p;
-    uint64_t t = 0;
-    w->rc = cudafd_watch_stream(w->n, (uintptr_t)w->s, &t);
-    return NULL;
-}
-
 /* A watch's own launch is held up 300 ms; meanwhile its context faults, the
  * watchdog ends the wait, and another thread closes the notifier and releases.
  * The side stream must outlive the launch: destroyed under it, its handle
@@ -332,15 +317,16 @@ static void *watch_once(void *p)
 static void test_release_during_a_launch(void)
 {
     CHECK(cudafd_set_option(CUDAFD_OPT_WATCHDOG_NS, 20 * MS) == CUDAFD_OK, "watchdog period 20 ms");
-    struct watcher w = {NULL, NULL, NULL, 0};
+    struct watcher w = {NULL, NULL, 0, 0};
+    CUcontext ctx = NULL;
     cudafd_notifier_create(CUDAFD_MECH_HOSTFUNC, &w.n);
-    sim_ctx_create(0, &w.ctx);
-    w.s = new_stream(w.ctx);
+    sim_ctx_create(0, &ctx);
+    w.s = new_stream(ctx);
     CHECK(cudafd_prepare(w.n, (uintptr_t)w.s) == CUDAFD_OK, "prepare (its side streams)");
     sim_launch(w.s, 20 * MS, CUDA_ERROR_ILLEGAL_ADDRESS);
     sim_delay_next_host_launch(300 * MS);
     pthread_t th;
-    pthread_create(&th, NULL, watch_once, &w);
+    pthread_create(&th, NULL, watch_on_a_thread, &w);
     usleep(150 * 1000); /* the fault, and the watchdog's query of the wait */
     cudafd_notifier_close(w.n);
     cudafd_release_idle();
@@ -362,7 +348,7 @@ static void test_release_during_a_launch(void)
         sim_stream_destroy(made[i]);
     sim_ctx_destroy(later);
     sim_stream_destroy(w.s);
-    sim_ctx_destroy(w.ctx);
+    sim_ctx_destroy(ctx);
     CHECK(cudafd_set_option(CUDAFD_OPT_WATCHDOG_NS, 10 * MS) == CUDAFD_OK, "watchdog period back");
 }
 
