@@ -22,12 +22,13 @@ import time
 import types
 
 import pytest
-
-import cudafd
-from cudafd._core import driver as _driver, kernels as _kernels
 from fault_scenario import SURFACE_BOUND_S, two_devices
 from support import MECHANISMS, REAL, Device, child_env, readable, release_idle, run
 from test_own_context import _OwnContext
+
+import cudafd
+from cudafd._core import driver as _driver
+from cudafd._core import kernels as _kernels
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -368,16 +369,7 @@ def test_a_fence_of_device_1s_default_stream_waits_for_device_1(mech):
             with drv.pushed(ctxs[1]):
                 _kernels.launch_spin(0, 1.0)
             with cudafd.fence(_TorchStream(), mech) as f:
-                looks, deadline = 0, time.monotonic() + 30
-                while True:  # until device 1's kernel ends; each look comes before the query
-                    said = (readable(f, 0.01), f.done())
-                    if not running():
-                        break
-                    assert said == (False, False), f"(readable, done) {said} while device 1's kernel ran"
-                    looks += 1
-                    assert time.monotonic() < deadline, "device 1's 1 s kernel still runs after 30 s"
-                assert looks, "device 1's kernel ended before the fence was looked at"
-                assert f.wait(timeout=30)
+                _pending_until_it_ends(f, running, "device 1's kernel")
     finally:
         _release_primaries(drv, ctxs)
 
@@ -405,17 +397,11 @@ def test_a_framework_default_stream_with_an_own_context_of_its_device_current(me
             with drv.pushed(primary.value):
                 _kernels.launch_spin(0, 1.0)
             with cudafd.fence(_TorchStream0(), mech) as f:
-                looks, deadline = 0, time.monotonic() + 30
-                while True:  # until the kernel ends; each look comes before the query
-                    said = (readable(f, 0.01), f.done())
+
+                def looked() -> None:
                     assert _current() == mine.ctx, "the fence left another context current"
-                    if not running():
-                        break
-                    assert said == (False, False), f"(readable, done) {said} while the primary context's kernel ran"
-                    looks += 1
-                    assert time.monotonic() < deadline, "the 1 s kernel still runs after 30 s"
-                assert looks, "the kernel ended before the fence was looked at"
-                assert f.wait(timeout=30)
+
+                _pending_until_it_ends(f, running, "the primary context's kernel", looked)
     finally:
         with drv.pushed(primary.value):
             drv.cuCtxSynchronize()
@@ -423,3 +409,21 @@ def test_a_framework_default_stream_with_an_own_context_of_its_device_current(me
         mine.destroy()
         _kernels.forget(primary.value)
         drv.cuDevicePrimaryCtxRelease(0)
+
+
+def _pending_until_it_ends(f, running, what: str, looked=lambda: None) -> None:
+    """Look at the fence (readable, done) until ``running()`` says the 1 s kernel
+    ``what`` ended, each look before the query, calling ``looked()`` after each:
+    the fence must say pending at every look while the kernel ran, and be looked
+    at at least once so; then it completes."""
+    looks, deadline = 0, time.monotonic() + 30
+    while True:
+        said = (readable(f, 0.01), f.done())
+        looked()
+        if not running():
+            break
+        assert said == (False, False), f"(readable, done) {said} while {what} ran"
+        looks += 1
+        assert time.monotonic() < deadline, f"{what} (1 s) still runs after 30 s"
+    assert looks, f"{what} ended before the fence was looked at"
+    assert f.wait(timeout=30)
