@@ -145,8 +145,8 @@ int cudafd_notifier_set_max_lateness(cudafd_notifier *n, int64_t ns);
  * context's other waits through the queue. CUDAFD_E_UNKNOWN_TOKEN when the
  * token is not pending on n: cancelled, or reported already through the
  * queue (the poller or a fault found it first: drain it); CUDAFD_E_CLOSED
- * once closed; CUDAFD_E_INVALID for another mechanism or a NULL argument.
- * Any thread. */
+ * once closed; both also when that happened while the query ran.
+ * CUDAFD_E_INVALID for another mechanism or a NULL argument. Any thread. */
 int cudafd_ask_token(cudafd_notifier *n, uint64_t token, int64_t *status);
 /* A spin notifier whose callers ask about its waits themselves
  * (cudafd_ask_token at every pass) while they wait (on: nonzero): its waits

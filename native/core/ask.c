@@ -107,15 +107,14 @@ CFD_API int cudafd_ask_token(cudafd_notifier *n, uint64_t token, int64_t *status
     }
 
     pthread_mutex_lock(&g.mu);
-    rc = 0;
-    if (r != CUDA_ERROR_NOT_READY) {
-        if (pending_on(n, token) == w && cfd_wait_take(w, r)) {
-            *status = r;
-            rc = 1;
-        } else {
-            rc = not_pending(token); /* reported meanwhile (the poller, a fault sweep) or cancelled */
-        }
-    }
+    if (n->closed)
+        rc = cfd_closed_error();
+    else if (pending_on(n, token) != w || (r != CUDA_ERROR_NOT_READY && !cfd_wait_take(w, r)))
+        rc = not_pending(token); /* reported meanwhile (the poller, a fault sweep) or cancelled */
+    else if (r != CUDA_ERROR_NOT_READY)
+        *status = r, rc = 1;
+    else
+        rc = 0;
     cfd_probe_end();
     pthread_mutex_unlock(&g.mu);
     return rc;

@@ -7,7 +7,7 @@
  * through the queue (the poller found it first), never both; a wait left to
  * its caller that nobody asks about is still found (the poller's backstop);
  * a fault reported by an ask; bad arguments; a close while other threads
- * ask.
+ * ask; a cancel or a close while an ask's query runs.
  */
 #include <poll.h>
 #include <pthread.h>
@@ -243,6 +243,47 @@ static void test_close_while_asking(CUcontext ctx)
     sim_stream_destroy(s);
 }
 
+struct held_ask {
+    cudafd_notifier *n;
+    uint64_t token;
+    int rc;
+};
+
+static void *ask_held_up(void *p)
+{
+    struct held_ask *a = p;
+    int64_t status = -1;
+    a->rc = cudafd_ask_token(a->n, a->token, &status);
+    return NULL;
+}
+
+/* An ask whose query is held up 200 ms (the poller, at a 1 s budget, waits
+ * 250 ms before its first) while its wait's 1 s of work runs, and meanwhile
+ * the wait is cancelled, or its notifier closed: the ask says so
+ * (CUDAFD_E_UNKNOWN_TOKEN, CUDAFD_E_CLOSED), not "not over yet". */
+static void test_let_go_during_an_ask(CUcontext ctx, bool close)
+{
+    CUstream s = new_stream(ctx);
+    struct held_ask a = {NULL, 0, 1};
+    cudafd_notifier_create(CUDAFD_MECH_EVENT, &a.n);
+    cudafd_notifier_set_max_lateness(a.n, 1000 * 1000 * 1000);
+    sim_launch(s, 1000 * 1000 * 1000, 0);
+    CHECK(cudafd_watch_stream(a.n, (uintptr_t)s, &a.token) == CUDAFD_OK, "watch");
+    sim_delay_next_query(200 * 1000 * 1000);
+    pthread_t th;
+    pthread_create(&th, NULL, ask_held_up, &a);
+    usleep(50 * 1000); /* the ask is in its query */
+    if (close)
+        cudafd_notifier_close(a.n);
+    else
+        cudafd_cancel(a.n, a.token);
+    pthread_join(th, NULL);
+    CHECK(a.rc == (close ? CUDAFD_E_CLOSED : CUDAFD_E_UNKNOWN_TOKEN), "%s during an ask: the ask returned %d",
+          close ? "a close" : "a cancel", a.rc);
+    cudafd_notifier_destroy(a.n);
+    sim_stream_destroy(s);
+}
+
 void test_ask(CUcontext ctx)
 {
     test_bad_asks();
@@ -252,4 +293,6 @@ void test_ask(CUcontext ctx)
     test_backstop(ctx);
     test_fault_and_close();
     test_close_while_asking(ctx);
+    test_let_go_during_an_ask(ctx, false);
+    test_let_go_during_an_ask(ctx, true);
 }
