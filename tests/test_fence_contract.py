@@ -213,3 +213,55 @@ def test_prepare_refuses_a_dead_stream_on_every_mechanism(dev, mechanism):
     dev.streams.remove(s)
     with cudafd.Notifier(mechanism) as n, pytest.raises(cudafd.CudaError):
         n.prepare(handle)
+
+
+@pytest.mark.parametrize("mechanism", ["event", "hostfunc", "spin"])
+def test_a_close_beside_a_done_keeps_its_success(dev, mechanism):
+    """done() on this thread drains the fence's success; close() on another thread
+    runs done() too, and may find the Notifier closed and nothing drained. The
+    success stands: result() returns. The threads are held where a switch of the
+    GIL would let the close's done() write ClosedError after the success."""
+    from cudafd._core import fence as fence_mod
+    from cudafd._core.notifier import Notifier
+
+    s = dev.stream()
+    s.launch(0.01)
+    f = cudafd.fence(s, mechanism)
+    s.synchronize()
+    n = f._notifier
+    assert readable(n._fd, 5)  # queued, not drained
+    me = threading.get_ident()
+    drained, closer_looks = threading.Event(), threading.Event()
+    real_drain = n.drain
+
+    def drain():
+        out = real_drain()
+        if threading.get_ident() == me and out:  # this thread's drain took the success
+            drained.set()
+            closer_looks.wait(0.5)  # the close's done() may look at the outcome meanwhile
+        return out
+
+    def close_once_drained():
+        drained.wait(5)
+        f.close()
+
+    class Held(Notifier):
+        @property
+        def closed(self):  # the close's done(): found the outcome pending, about to write ClosedError
+            if threading.get_ident() != me and not closer_looks.is_set():
+                closer_looks.set()
+                deadline = time.monotonic() + 0.5
+                while f._outcome is fence_mod._PENDING and time.monotonic() < deadline:
+                    time.sleep(0.001)
+            return self._closed
+
+    n.drain = drain
+    n.__class__ = Held
+    try:
+        closer = threading.Thread(target=close_once_drained)
+        closer.start()
+        assert f.done() is True
+        closer.join(10)
+    finally:
+        n.__class__ = Notifier
+    assert f.result() is None

@@ -15,7 +15,8 @@ thread of ours busy); with the "poll" mechanism on the Notifier's timer,
 asking the driver whenever it fires (the schedule of policy.py). It takes
 any timeout threading.Event.wait takes, and more: ``None``, ``float('inf')``
 or a huge number wait without limit (poll(2) is given at most an hour at a
-time), zero, a negative number or NaN look once. Async use: ``await fence``
+time), zero, a negative number or NaN look once; a bool is refused
+(TypeError), as it is almost always a mistake. Async use: ``await fence``
 waits through the running loop's adapter. A fault in the awaited work raises CudaError from wait(),
 result() and await. close() detaches the wait (the GPU work is not
 cancelled); a fence closed before it finished reports ClosedError.
@@ -31,6 +32,7 @@ import numbers
 import os
 import select
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Generator
@@ -92,6 +94,7 @@ class Fence:
         self._notifier: Notifier | None = None
         self._outcome: object = _PENDING  # None, or the exception to raise
         self._sync_fd: int | None = None  # syncfd: the kernel's sync_file, which fileno() gives
+        self._settling = threading.Lock()  # one done() at a time drains and sets the outcome
         notifier = Notifier(mechanism)
         try:
             if notifier.mechanism == "syncfd":
@@ -145,17 +148,20 @@ class Fence:
         notifier = self._notifier
         if notifier is None:
             return False
-        notifier.poll()
-        for token, exc in notifier.drain():
-            if token == self._token:
-                # close() marks the fence closed before it closes the Notifier
-                self._outcome = ClosedError(_CLOSED) if self._closed and isinstance(exc, ClosedError) else exc
-        if self._outcome is _PENDING:
-            if not notifier.closed:
-                return False
-            self._outcome = ClosedError(_CLOSED)
-        else:
-            self._keep_readable(notifier)
+        with self._settling:  # (a close() on another thread runs done() too)
+            if self._outcome is not _PENDING:
+                return True
+            notifier.poll()
+            for token, exc in notifier.drain():
+                if token == self._token:
+                    # close() marks the fence closed before it closes the Notifier
+                    self._outcome = ClosedError(_CLOSED) if self._closed and isinstance(exc, ClosedError) else exc
+            if self._outcome is _PENDING:
+                if not notifier.closed:
+                    return False
+                self._outcome = ClosedError(_CLOSED)
+            else:
+                self._keep_readable(notifier)
         if self._sync_fd is not None and self._outcome is not None:
             from . import syncfd as _syncfd
 
@@ -180,10 +186,10 @@ class Fence:
     def wait(self, timeout: float | None = None) -> bool:
         """Block until done, at most ``timeout`` seconds (None: no limit).
 
-        Takes any timeout threading.Event.wait takes, and larger ones: None,
-        ``float('inf')`` and any huge number wait without limit; zero, a
-        negative number or NaN look once. Raises TypeError for a timeout that
-        is not a real number. Returns True when done, False on timeout.
+        Takes any timeout threading.Event.wait takes but a bool, and larger
+        ones: None, ``float('inf')`` and any huge number wait without limit;
+        zero, a negative number or NaN look once. Raises TypeError for a
+        timeout that is a bool or not a real number. Returns True when done, False on timeout.
         Raises CudaError if the awaited work faulted and ClosedError if the
         fence was closed. Releases the GIL while it sleeps. Called inside a
         running event loop where it would block, it warns (RuntimeWarning):
