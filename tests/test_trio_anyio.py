@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 
 import pytest
 from support import MECHANISMS, REAL, RUNNING_S, prepare, run
@@ -553,3 +554,85 @@ def test_a_wait_cancelled_in_the_pass_its_notifier_closes_leaves_nothing(dev, me
 
     after = trio.run(main)
     assert (after["pending"], after["fd_holds"], after["fd_open"]) == (0, 0, 0), after
+
+
+def test_a_fence_handed_to_a_task_after_it_succeeded_and_closed_returns(dev, mechanism):
+    """Two tasks await one Fence; the reader is cancelled and hands the reader's role
+    to the other (rescheduled, not run yet); the first then finds the fence done and
+    closes it, as leaving ``with cudafd.fence(s) as f:`` does, which releases its fd.
+    The other task's await returns: the fence succeeded."""
+    from trio.testing import wait_all_tasks_blocked
+
+    s = dev.stream()
+    prepare(s, mechanism)
+    s.launch(0.2)
+    got = {}
+
+    async def main():
+        f = cudafd.fence(s, mechanism=mechanism)
+        scope = trio.CancelScope()
+
+        async def first():
+            with scope:
+                await f  # the reader: it awaited first
+            with warnings.catch_warnings():  # a blocking wait inside the run: the test's own doing
+                warnings.simplefilter("ignore", RuntimeWarning)
+                assert f.wait(10)
+            f.close()
+
+        async def second():
+            try:
+                await f
+                got["second"] = "returned"
+            except Exception as exc:  # noqa: BLE001 - what it raised is the finding
+                got["second"] = exc
+
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(first)
+                await wait_all_tasks_blocked()
+                nursery.start_soon(second)
+                await wait_all_tasks_blocked()
+                scope.cancel()
+        assert f.result() is None
+
+    trio.run(main)
+    assert got["second"] == "returned", got
+
+
+def test_a_close_from_another_thread_between_a_drain_and_its_check_leaves_nothing(dev):
+    """A poll Notifier's reader drains nothing (the kernel runs) and, before it looks
+    whether the Notifier is closed, another thread closes it: the waiter gets
+    ClosedError, and the close's batch is drained, so the Notifier keeps no fd and
+    no pending wait."""
+    from cudafd._loops import trio_run
+
+    s = dev.stream()
+    s.launch(RUNNING_S)
+    n = cudafd.Notifier("poll")
+    got = {}
+
+    async def main():
+        dispatcher = trio_run.dispatcher(n)
+        real_drain, drains = dispatcher._drain, []
+
+        def drain():
+            out = real_drain()
+            drains.append(out)
+            if len(drains) == 2:  # the reader's second pump: nothing yet
+                closer = threading.Thread(target=n.close)
+                closer.start()
+                closer.join()
+            return out
+
+        dispatcher._drain = drain
+        try:
+            with trio.fail_after(10):
+                await n.wait(s)
+        except cudafd.ClosedError as exc:
+            got["exc"] = exc
+
+    trio.run(main)
+    assert isinstance(got.get("exc"), cudafd.ClosedError), got
+    stats = n.statistics()
+    assert (stats["fd_open"], stats["pending"]) == (0, 0), stats

@@ -189,7 +189,13 @@ class _Waiters:
         self._reader = slot
         try:
             notifier = self._notifier
-            fd = notifier.adapter_hold_fd()  # ClosedError if the fd was released
+            try:
+                fd = notifier.adapter_hold_fd()
+            except ClosedError:  # released with a close since this task was handed the role:
+                self._pump()  # what the fd would have told is known now (a fence's outcome)
+                if slot.done:
+                    return
+                raise
             self._fd = fd
             try:
                 while not slot.done:
@@ -342,6 +348,8 @@ class Dispatcher(_Waiters):
         try:
             self._poll()  # ("poll": ask the waits that are due; else nothing)
             results = self._drain()
+            if not results and self._slots and self._notifier.closed:
+                results = self._drain()  # a close on another thread since that drain: its batch
         except Exception as exc:  # noqa: BLE001 - the native core failed: fail every waiter rather than hang
             self._finish_all(exc)
             return True
