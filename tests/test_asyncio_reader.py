@@ -404,3 +404,32 @@ def test_a_loop_stopped_after_its_last_wait_then_closed_gives_the_fd_back(dev, m
     n.close()
     after = n.statistics()
     assert (after["fd_holds"], after["fd_open"]) == (0, 0), after
+
+
+@pytest.mark.parametrize("flavor", ["asyncio", "uvloop"])
+@pytest.mark.parametrize("mechanism", ["event", "hostfunc", "poll"])  # (a spin wait's end is asked, not drained)
+def test_a_failed_drain_fails_the_waiter_and_lets_its_wait_go(dev, flavor, mechanism):
+    """The Notifier's drain fails under the loop's reader: the waiting coroutine gets
+    that error, and its wait is let go (nothing pending is left in the Notifier)."""
+    from support import new_loop, prepare
+
+    s = dev.stream()
+    prepare(s, mechanism)
+    s.launch(0.5)  # running when the wait starts: no fast path
+    n = cudafd.Notifier(mechanism)
+
+    def drain():
+        raise cudafd.CudafdError("the drain failed")
+
+    async def main():
+        n.adapter_drain = drain
+        with pytest.raises(cudafd.CudafdError, match="the drain failed"):
+            await asyncio.wait_for(n.wait(s), 10)
+
+    loop = new_loop(flavor)
+    try:
+        loop.run_until_complete(main())
+        assert n.statistics()["pending"] == 0, n.statistics()
+    finally:
+        loop.close()
+        n.close()

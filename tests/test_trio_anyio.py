@@ -636,3 +636,31 @@ def test_a_close_from_another_thread_between_a_drain_and_its_check_leaves_nothin
     assert isinstance(got.get("exc"), cudafd.ClosedError), got
     stats = n.statistics()
     assert (stats["fd_open"], stats["pending"]) == (0, 0), stats
+
+
+@pytest.mark.parametrize("mechanism", ["event", "hostfunc", "poll"])  # (a spin wait's end is asked, not drained)
+def test_a_failed_drain_fails_the_waiter_and_lets_its_wait_go(dev, mechanism):
+    """The Notifier's drain fails under a trio reader: the waiting task gets that
+    error, and its wait is let go (nothing pending is left behind in the Notifier)."""
+    from cudafd._loops import trio_run
+
+    s = dev.stream()
+    prepare(s, mechanism)
+    s.launch(0.5)  # running when the wait starts: no fast path
+    n = cudafd.Notifier(mechanism)
+
+    async def main():
+        dispatcher = trio_run.dispatcher(n)
+
+        def drain():
+            raise cudafd.CudafdError("the drain failed")
+
+        dispatcher._drain = drain
+        with trio.fail_after(10), pytest.raises(cudafd.CudafdError, match="the drain failed"):
+            await n.wait(s)
+
+    try:
+        trio.run(main)
+        assert n.statistics()["pending"] == 0, n.statistics()
+    finally:
+        n.close()

@@ -58,6 +58,7 @@ anything else, the fast path included.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import types
 import weakref
@@ -134,8 +135,7 @@ class _Parked:
         self.notifier.cancel(token)
 
     def linger(self) -> None:
-        """A wait ended and none is parked: unregister the reader at the next pass, unless a
-        wait is in progress then (whose own end looks again)."""
+        """A wait ended, none is parked: unregister the reader next pass, unless a wait is in progress (its end looks)."""
         if self.check is not None or self.fd < 0:
             return
         if self.loop.is_closed():  # a coroutine closed after its loop: nothing will run
@@ -165,8 +165,10 @@ class _Parked:
             self.notifier.adapter_release_fd()  # (from inside the Notifier's own call: put off, Notifier)
 
     def fail(self, exc: BaseException) -> None:
-        """The native core failed: fail every waiter rather than hang."""
-        for fut in self.futures.values():
+        """The native core failed: fail every waiter rather than hang, and let their waits go."""
+        for token, fut in self.futures.items():
+            with contextlib.suppress(Exception):
+                self.notifier.cancel(token)  # (if the core fails here too, exc is still the error)
             if not fut.done():
                 fut.set_exception(exc)
         self.futures.clear()

@@ -69,6 +69,7 @@ the other's tokens.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import weakref
@@ -351,6 +352,9 @@ class Dispatcher(_Waiters):
             if not results and self._slots and self._notifier.closed:
                 results = self._drain()  # a close on another thread since that drain: its batch
         except Exception as exc:  # noqa: BLE001 - the native core failed: fail every waiter rather than hang
+            for token in list(self._slots):  # their waits go too: nothing would take their results
+                with contextlib.suppress(Exception):
+                    self._cancel(token)
             self._finish_all(exc)
             return True
         slots = self._slots
