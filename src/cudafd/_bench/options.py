@@ -105,8 +105,8 @@ QUICK: dict[str, Any] = {
         "warmup": 2,
         "torch": True,
         "soft_s": 20,
-        # Other processes' kernels share the GPU by time slices: under the
-        # real-driver suite's 6 workers a quick run took over 60 s (alone, 20 s).
+        # Other processes' kernels share the GPU by time slices: beside the
+        # real-driver suite's workers a quick run can take over 60 s (alone, 20 s).
         "hard_s": 120,
     },
 }
