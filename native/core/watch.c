@@ -28,8 +28,10 @@ static int check_notifier(cudafd_notifier *n)
  * head (a stream runs in order), so a lane must hold its waits in the order
  * of their records on the stream. A watch's record (with its syncfd signal,
  * or a side stream's wait for an event) and its place in the lane are made
- * under one of these locks, chosen by the lane's stream key; a lock is held
- * across those driver calls, never with g.mu held, and nothing else takes it. */
+ * under one of these locks, chosen by the lane's stream key; a hostfunc
+ * watch's record and launch, by its side stream's key (the caller's stream,
+ * or event): a side stream runs in order too. A lock is held across those
+ * driver calls, never with g.mu held, and nothing else takes it. */
 #define ORDER_LOCKS 64
 static pthread_mutex_t order_locks[ORDER_LOCKS];
 
@@ -322,7 +324,12 @@ static int watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token, int
     if (!cx)
         return CUDAFD_E_NOMEM;
     if (n->mech == CUDAFD_MECH_HOSTFUNC) {
+        /* the waits of one event share a side stream (its key is the event):
+         * its wait for the event, record and host function in one piece */
+        pthread_mutex_t *order = order_lock(event);
+        pthread_mutex_lock(order);
         rc = cfd_hostfunc_watch(n, cx, NULL, 0, (CUevent)event, token);
+        pthread_mutex_unlock(order);
     } else {
         /* A side stream waits for the caller's event, then records one of our
          * events: the caller's event may be recorded again or destroyed as

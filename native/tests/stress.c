@@ -6,7 +6,8 @@
  * fails prints its line; the last line reads "stress: N passed, M failed".
  *
  * Covered: ordering and exactly-once delivery across many streams and two
- * contexts for every mechanism; waits from several threads at once; a
+ * contexts for every mechanism; waits from several threads at once (of
+ * one stream, or one event, each found in the order of its record); a
  * cancellation storm; a fault with many pending waiters; close with pending
  * waits; hostfunc waits past the host-notification budget (launched later
  * by the watchdog: the cancel, close and fault cases hold hundreds); the
@@ -147,6 +148,63 @@ static void test_concurrent_watches_keep_record_order(int mech, CUcontext ctx)
           !got ? "none" : c[0].token == a.token ? "A" : "B", now_s() - t0);
     cudafd_notifier_destroy(n);
     sim_stream_destroy(a.s);
+}
+
+struct event_watcher {
+    cudafd_notifier *n;
+    CUcontext ctx;
+    CUevent ev;
+    uint64_t token;
+    int rc;
+};
+
+static void *watch_event_on_a_thread(void *p)
+{
+    struct event_watcher *w = p;
+    CUcontext ignored;
+    sim_push(w->ctx);
+    w->rc = cudafd_watch_event(w->n, (uintptr_t)w->ev, &w->token);
+    sim_pop(&ignored);
+    return NULL;
+}
+
+/* The same with one event: A watches it while its record is over and is
+ * held up 100 ms right after its watch's own record; meanwhile the event is
+ * recorded again behind 2 s of work and B watches it. A's wait completes at
+ * once, not behind B's wait for that work (the side stream the two share
+ * runs in order). */
+static void test_concurrent_event_watches_keep_record_order(int mech, CUcontext ctx)
+{
+    cudafd_notifier *n = NULL;
+    CHECK(cudafd_notifier_create(mech, &n) == CUDAFD_OK, "create mech %d", mech);
+    CUstream s = new_stream(ctx);
+    struct event_watcher a = {n, ctx, NULL, 0, -1};
+    CUcontext ignored;
+    sim_push(ctx);
+    sim_event_create(&a.ev, 0);
+    sim_event_record(a.ev, s);
+    cudafd_completion c[2];
+    CHECK(cudafd_watch_event(n, (uintptr_t)a.ev, &a.token) == CUDAFD_OK && collect(n, c, 1, 5.0) == 1,
+          "mech %d: a first event wait (pools, threads made)", mech);
+    sim_delay_after_next_record(100 * 1000 * 1000);
+    pthread_t th;
+    pthread_create(&th, NULL, watch_event_on_a_thread, &a);
+    usleep(30 * 1000); /* A recorded, and is held up before it returns */
+    sim_launch(s, 2000ull * 1000 * 1000, 0);
+    sim_event_record(a.ev, s);
+    uint64_t b = 0;
+    CHECK(cudafd_watch_event(n, (uintptr_t)a.ev, &b) == CUDAFD_OK, "mech %d: B's event watch", mech);
+    pthread_join(th, NULL);
+    CHECK(a.rc == CUDAFD_OK, "mech %d: A's event watch", mech);
+    double t0 = now_s();
+    int got = collect(n, c, 1, 1.0);
+    CHECK(got == 1 && c[0].token == a.token && c[0].status == 0,
+          "mech %d: A's event wait, over before B's work began, completed first (got %d, %s, in %.3f s)", mech,
+          got, !got ? "none" : c[0].token == a.token ? "A" : "B", now_s() - t0);
+    cudafd_notifier_destroy(n);
+    sim_event_destroy(a.ev);
+    sim_pop(&ignored);
+    sim_stream_destroy(s);
 }
 
 static void test_ordering(int mech, CUcontext ctx_a, CUcontext ctx_b)
@@ -1402,6 +1460,7 @@ int main(void)
     for (int m = 0; m < nmechs; m++) {
         test_ordering(mechs[m], a, b);
         test_concurrent_watches_keep_record_order(mechs[m], a);
+        test_concurrent_event_watches_keep_record_order(mechs[m], a);
         test_threads(mechs[m], a);
         test_cancel(mechs[m], a);
         test_close(mechs[m], a);
