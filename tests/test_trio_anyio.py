@@ -664,3 +664,134 @@ def test_a_failed_drain_fails_the_waiter_and_lets_its_wait_go(dev, mechanism):
         assert n.statistics()["pending"] == 0, n.statistics()
     finally:
         n.close()
+
+
+# ---- KeyboardInterrupt ------------------------------------------------------
+
+def sigint_once(real, flag):
+    """``real`` that sends SIGINT to the process once, after it returned: trio's
+    handler runs inside this call and raises KeyboardInterrupt here unless the
+    frames calling it are KI-protected (then the main task gets it at its next
+    checkpoint)."""
+    import signal
+
+    def call(*args):
+        out = real(*args)
+        if not flag:
+            flag.append(1)
+            signal.raise_signal(signal.SIGINT)
+        return out
+
+    return call
+
+
+def needs_trios_sigint_handler():
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("trio installs its SIGINT handler only over Python's default one")
+
+
+@pytest.mark.parametrize("point", ["adapter_watch", "adapter_hold_fd"])
+def test_a_keyboard_interrupt_inside_a_waits_bookkeeping_leaves_nothing(dev, point):
+    """SIGINT arrives just after the wait's token is made (before the adapter keeps it)
+    or just after the reader took a hold on the fd (before it keeps the fd): the run
+    ends with KeyboardInterrupt, and the Notifier keeps no pending wait and no hold
+    on its fd."""
+    needs_trios_sigint_handler()
+    s = dev.stream()
+    s.launch(RUNNING_S)
+    n = cudafd.Notifier("event")
+    sent = []
+    setattr(n, point, sigint_once(getattr(n, point), sent))
+
+    async def main():
+        with trio.fail_after(10):
+            await n.wait(s)
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            trio.run(main)
+        assert sent
+        assert settled(n), n.statistics()
+    finally:
+        n.close()
+    assert n.statistics()["fd_open"] == 0, n.statistics()
+
+
+def test_a_keyboard_interrupt_in_the_readers_drain_loses_no_completion(dev):
+    """SIGINT arrives just after the reader drained two tasks' completions, before it
+    woke their tasks; the tasks catch KeyboardInterrupt around their waits. Each task
+    returns (or gets the KeyboardInterrupt): none waits for a completion already
+    drained, and nothing is left pending."""
+    needs_trios_sigint_handler()
+    from cudafd._loops import trio_run
+
+    s = dev.stream()
+    n = cudafd.Notifier("event")
+    got, drained, sent = {}, [], []
+
+    async def main():
+        dispatcher = trio_run.dispatcher(n)
+        real_drain = dispatcher._drain
+
+        def drain():
+            while not s.idle():  # both waits complete before this drain
+                time.sleep(0.001)
+            time.sleep(0.1)  # (the poller queues them within max_lateness)
+            out = real_drain()
+            drained.append(len(out))
+            return out
+
+        dispatcher._drain = sigint_once(drain, sent)
+
+        async def one(i):
+            try:
+                with trio.fail_after(3):
+                    await n.wait(s)
+                got[i] = "returned"
+            except KeyboardInterrupt:
+                got[i] = "KeyboardInterrupt"
+            except trio.TooSlowError:
+                got[i] = "never woken"
+
+        s.launch(0.05)
+        try:
+            async with trio.open_nursery() as nursery:
+                for i in range(2):
+                    nursery.start_soon(one, i)
+                    await trio.lowlevel.checkpoint()
+        except BaseException as exc:  # noqa: BLE001 - the KeyboardInterrupt, if the main task gets it
+            got["main"] = type(exc).__name__
+
+    try:
+        try:
+            trio.run(main)
+        except KeyboardInterrupt:
+            got["run"] = "KeyboardInterrupt"
+        assert sent and drained[0] == 2, (sent, drained)
+        assert "never woken" not in got.values(), got
+        assert settled(n), n.statistics()
+    finally:
+        n.close()
+
+
+def test_a_keyboard_interrupt_as_a_fence_waiter_takes_the_fd_leaves_no_hold(dev):
+    """SIGINT arrives just after a task awaiting a Fence took a hold on its fd: the
+    run ends with KeyboardInterrupt, and the fence's Notifier keeps no hold on it."""
+    needs_trios_sigint_handler()
+    s = dev.stream()
+    s.launch(RUNNING_S)
+    sent = []
+    with cudafd.fence(s, mechanism="event") as f:
+        n = f._notifier
+        n.adapter_hold_fd = sigint_once(n.adapter_hold_fd, sent)
+
+        async def main():
+            with trio.fail_after(10):
+                await f
+
+        with pytest.raises(KeyboardInterrupt):
+            trio.run(main)
+        assert sent
+        assert n.statistics()["fd_holds"] == 0, n.statistics()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from trio.lowlevel import current_trio_token
+from trio.lowlevel import current_trio_token, enable_ki_protection
 
 from .._core.errors import CudafdError
 from .._core.notifier import Notifier
@@ -49,6 +49,7 @@ class _FenceWaiters(_Waiters):
         return done
 
 
+@enable_ki_protection  # (trio_loop's module docstring, "KeyboardInterrupt")
 async def wait_until(notifier: Notifier, check: Callable[[], bool]) -> None:
     """``await fence`` under trio: return once ``check()`` (the fence's done()) is True.
 

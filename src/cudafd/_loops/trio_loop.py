@@ -45,6 +45,14 @@ task was already woken returns its result (trio does not cancel a task
 between reschedule() and its next checkpoint); one reported but still
 waiting for its lane's turn is cancelled like any other.
 
+KeyboardInterrupt: trio raises it wherever unprotected code runs when
+SIGINT comes. Dispatcher.wait (and trio_fence.wait_until) is KI-protected,
+and so is everything it calls, so it never lands inside the bookkeeping (a
+token made and not yet kept, a hold on the fd not yet kept, completions
+drained whose tasks are not yet woken): trio raises it in the run's main
+task at that task's next checkpoint instead, and a wait it lands in leaves
+as a cancelled one does.
+
 Closing: close() wakes every waiter with ClosedError (the Notifier reports
 the pending tokens at the next drain). If the reader is blocked on the fd at
 that moment it is woken with ``trio.lowlevel.notify_closing(fd)``, directly
@@ -79,6 +87,7 @@ from trio.lowlevel import (
     Abort,
     current_task,
     current_trio_token,
+    enable_ki_protection,
     notify_closing,
     reschedule,
     wait_readable,
@@ -370,3 +379,4 @@ class Dispatcher(_Waiters):
 
 
 Dispatcher.wait.__qualname__ = "cudafd.wait"  # what a never-awaited wait's warning names
+Dispatcher.wait = enable_ki_protection(Dispatcher.wait)  # (module docstring) after the renaming: an older trio returns a wrapper
