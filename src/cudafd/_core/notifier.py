@@ -13,8 +13,10 @@ what keeps close() from freeing the native notifier under another call).
 Completions are found by native threads (or by poll() for the "poll"
 mechanism) that never call into Python.
 
-Ordering: waits on one stream complete in the order they were watched; drain()
-returns completions in the order they were found.
+Ordering: waits on one stream complete in the order they were watched, and
+drain() returns them in that order. Across streams it sets no order: a
+batch's waits that had nothing to wait for (an event never recorded) come
+first, then the others in the order they were found.
 
 Faults: a fault in the awaited work (or a sticky fault of its context) is
 reported as a CudaError for that token. Never a hang.
