@@ -156,14 +156,19 @@ pub fn driver_version() -> Result<i32, Error> {
 }
 
 /// Whether all work enqueued on `stream` so far has finished without error:
-/// one driver query, no wait. `false` also for work still running, a fault
-/// or a bad handle (a watch then says which). A cheap check before a watch.
+/// one driver query, no wait. `false` also for work still running or a
+/// fault (a watch then says which). A cheap check before a watch.
+///
+/// `stream` must be a live stream handle, as for
+/// [`Notifier::watch`]: the real driver's behaviour for a destroyed or
+/// made-up handle is undefined (only the simulator answers `false`).
 pub fn stream_done(stream: CUstream) -> bool {
     unsafe { sys::cudafd_stream_done(stream as usize) == 1 }
 }
 
 /// Whether the event's latest record completed without error (as
-/// [`stream_done`]).
+/// [`stream_done`]). `event` must be a live event handle (or null, which
+/// gives `false`).
 pub fn event_done(event: CUevent) -> bool {
     unsafe { sys::cudafd_event_done(event as usize) == 1 }
 }

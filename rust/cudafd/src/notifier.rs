@@ -542,8 +542,9 @@ impl Notifier {
         )
     }
 
-    /// Watch `stream` now (as [`watch`](Notifier::watch)) and return a future
-    /// of the outcome: `Ok(())` once the GPU passed the point, else the
+    /// Watch `stream` now (as [`watch`](Notifier::watch), with the same
+    /// promise that `stream` is a live handle) and return a future of the
+    /// outcome: `Ok(())` once the GPU passed the point, else the
     /// error. The future is `Send + 'static`: spawn it, or await it in place.
     /// Dropping it before it finishes cancels the wait; the GPU work goes on.
     ///
@@ -573,7 +574,9 @@ impl Notifier {
     /// Complete when the event's record that is latest now has completed (an
     /// event never recorded completes at once). The calling thread's current
     /// context hosts the wait, so one must be current; the event may be
-    /// recorded again or destroyed once this returns.
+    /// recorded again or destroyed once this returns. Until then `event` must
+    /// be a live event handle: as for [`watch`](Notifier::watch), the real
+    /// driver's behaviour for a destroyed or made-up one is undefined.
     pub fn watch_event(&self, event: CUevent) -> Result<Fence, Error> {
         self.inner
             .watch_with(None, false, "cudafd_watch_event", |n, token| unsafe {
@@ -584,7 +587,8 @@ impl Notifier {
     /// Make now the side streams this notifier's waits in `stream`'s context
     /// may need later, so that no later watch creates one (creating a stream
     /// can stall the device on some GPUs). Optional; best called once per
-    /// context before the work starts.
+    /// context before the work starts. `stream` must be a live stream handle,
+    /// as for [`watch`](Notifier::watch).
     pub fn prepare(&self, stream: CUstream) -> Result<(), Error> {
         check(
             unsafe { sys::cudafd_prepare(self.inner.raw.as_ptr(), stream as usize) },
