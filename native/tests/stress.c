@@ -119,6 +119,18 @@ void *watch_on_a_thread(void *p)
     return NULL;
 }
 
+/* A's wait, whose point came before B's work, is the first to complete,
+ * within a second (B's work takes 2 s). */
+static void expect_first(cudafd_notifier *n, uint64_t a, int mech, const char *what)
+{
+    cudafd_completion c[2];
+    double t0 = now_s();
+    int got = collect(n, c, 1, 1.0);
+    CHECK(got == 1 && c[0].token == a && c[0].status == 0,
+          "mech %d: A's %s, over before B's work began, completed first (got %d, %s, in %.3f s)", mech, what, got,
+          !got ? "none" : c[0].token == a ? "A" : "B", now_s() - t0);
+}
+
 /* Two threads watch one stream: A's watch is held up 100 ms right after its
  * record (a thread descheduled there), and meanwhile B launches 2 s of work
  * and watches. A's point came before B's work, so A's wait completes at
@@ -141,11 +153,7 @@ static void test_concurrent_watches_keep_record_order(int mech, CUcontext ctx)
     CHECK(cudafd_watch_stream(n, (uintptr_t)a.s, &b) == CUDAFD_OK, "mech %d: B's watch", mech);
     pthread_join(th, NULL);
     CHECK(a.rc == CUDAFD_OK, "mech %d: A's watch", mech);
-    double t0 = now_s();
-    int got = collect(n, c, 1, 1.0);
-    CHECK(got == 1 && c[0].token == a.token && c[0].status == 0,
-          "mech %d: A's wait, over before B's work began, completed first (got %d, %s, in %.3f s)", mech, got,
-          !got ? "none" : c[0].token == a.token ? "A" : "B", now_s() - t0);
+    expect_first(n, a.token, mech, "wait");
     cudafd_notifier_destroy(n);
     sim_stream_destroy(a.s);
 }
@@ -196,11 +204,7 @@ static void test_concurrent_event_watches_keep_record_order(int mech, CUcontext 
     CHECK(cudafd_watch_event(n, (uintptr_t)a.ev, &b) == CUDAFD_OK, "mech %d: B's event watch", mech);
     pthread_join(th, NULL);
     CHECK(a.rc == CUDAFD_OK, "mech %d: A's event watch", mech);
-    double t0 = now_s();
-    int got = collect(n, c, 1, 1.0);
-    CHECK(got == 1 && c[0].token == a.token && c[0].status == 0,
-          "mech %d: A's event wait, over before B's work began, completed first (got %d, %s, in %.3f s)", mech,
-          got, !got ? "none" : c[0].token == a.token ? "A" : "B", now_s() - t0);
+    expect_first(n, a.token, mech, "event wait");
     cudafd_notifier_destroy(n);
     sim_event_destroy(a.ev);
     sim_pop(&ignored);
