@@ -110,7 +110,8 @@ int cudafd_last_cuda_error(void);
 int cudafd_set_driver(const char *path);
 /* Load and initialise the driver (idempotent, thread-safe). */
 int cudafd_driver_load(void);
-/* The path given to dlopen ("" before any load attempt). */
+/* The path given to dlopen once the driver loaded ("" until then, and after a
+ * failed attempt). */
 const char *cudafd_driver_path(void);
 /* The driver's version, e.g. 13000 (loads the driver). */
 int cudafd_driver_version(int *version);
@@ -177,10 +178,12 @@ int cudafd_watch_stream(cudafd_notifier *n, uintptr_t stream, uint64_t *token);
  * the event may belong to another context); one must be current. */
 int cudafd_watch_event(cudafd_notifier *n, uintptr_t event, uint64_t *token);
 /* Already passed? 1 when every piece of work enqueued on `stream` so far has
- * finished without error, else 0: still running, faulted, or not a live
- * stream (watch it to learn which). A cheap check before a watch, so a wait
- * on work that is already done costs no event, no thread and no fd wake.
- * Never fails (0 also when the driver cannot be loaded). */
+ * finished without error, else 0: still running or faulted (watch it to
+ * learn which). A cheap check before a watch, so a wait on work that is
+ * already done costs no event, no thread and no fd wake. `stream` must be a
+ * live stream, as for a watch: what a real driver does with a destroyed or
+ * made-up handle is undefined (the simulator answers 0). Never fails (0 also
+ * when the driver cannot be loaded). */
 int cudafd_stream_done(uintptr_t stream);
 /* The same for an event's latest record: 1 when it completed without error. */
 int cudafd_event_done(uintptr_t event);
