@@ -36,8 +36,11 @@ pub const CU_STREAM_PER_THREAD: CUstream = 0x2 as CUstream;
 /// they cost while waits are pending. `Event` suits most programs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Mechanism {
-    /// A pooled event recorded on the stream; a shared poller thread spins
-    /// briefly, then paces its queries; long waits go to blocking waiters.
+    /// A pooled event recorded on the stream; the core's one poller thread
+    /// asks about it again after a sixteenth of the wait's age, but no
+    /// sooner than a quarter of the notifier's `max_lateness` and no later
+    /// than all of it, so it is found at most `max_lateness` after its work
+    /// ends.
     #[default]
     Event,
     /// `cuLaunchHostFunc` on a side stream; a watchdog thread surfaces faults
