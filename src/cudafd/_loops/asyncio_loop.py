@@ -31,7 +31,8 @@ woken by that timer.
 
 Cancellation (task.cancel(), asyncio.timeout) lands in the ``finally`` of
 Dispatcher._park, which cancels the token if it was not reported: the wait is
-detached, the GPU work is not cancelled, nothing leaks.
+detached, the GPU work is not cancelled, nothing leaks; a task cancelled after
+its future got an error (a fault; not ClosedError), before it ran, raises it.
 
 Lifetimes. The loop's default Notifier is kept in a WeakKeyDictionary keyed
 by the loop; it refers to nothing of the loop's, and a weakref.finalize on
@@ -65,23 +66,16 @@ import weakref
 from asyncio.events import _get_running_loop
 from collections.abc import Callable, Generator
 
-from .._core.errors import CudafdError
+from .._core.errors import ClosedError, CudafdError
 from .._core.notifier import Notifier
 from .._core.policy import WaitPolicy
 from .._core.targets import INT_TARGETS, resolve
 
-__all__ = [
-    "Dispatcher",
-    "dispatcher",
-    "default_notifier",
-    "close_default_notifier",
-]
+__all__ = ["Dispatcher", "dispatcher", "default_notifier", "close_default_notifier"]
 
 _OTHER_LOOP = "this cudafd.wait() was called in one event loop and awaited in another: call it where it is awaited"
-_NO_READER = (
-    "this event loop cannot watch file descriptors (no add_reader: the Windows "
-    "ProactorEventLoop?): use a selector event loop or uvloop"
-)
+_NO_READER = ("this event loop cannot watch file descriptors (no add_reader: the Windows ProactorEventLoop?): "
+              "use a selector event loop or uvloop")
 
 
 def _add_reader(loop: asyncio.AbstractEventLoop, notifier: Notifier, callback: Callable[[], object]) -> int:
@@ -302,6 +296,11 @@ class Dispatcher:
         futures = parked.futures
         try:
             await fut
+        except asyncio.CancelledError:  # (Task.cancel() of a task whose future is done throws it in)
+            exc = fut.exception() if fut.done() and not fut.cancelled() else None
+            if exc is not None and not isinstance(exc, ClosedError):
+                raise exc  # noqa: B904 (the cancellation stays its __context__)
+            raise
         finally:
             if token in futures:  # not reported: cancelled, or the coroutine was closed
                 parked.forget(token)

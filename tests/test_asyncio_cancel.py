@@ -1,0 +1,62 @@
+"""The asyncio adapter under cancellation: at every point of a wait, nothing is lost and nothing is left."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from support import REAL, new_loop
+
+import cudafd
+from cudafd._loops import asyncio_loop
+
+ASYNCIO_LOOPS = ["asyncio", "uvloop"]
+
+
+def _run(loop_name, body):
+    if loop_name == "uvloop":
+        pytest.importorskip("uvloop")
+    loop = new_loop(loop_name)
+    try:
+        return loop.run_until_complete(body())
+    finally:
+        loop.close()
+
+
+@pytest.mark.skipif(REAL, reason="faults on a GPU end its primary context: the simulator's are per context")
+@pytest.mark.parametrize("fault", [True, False])
+@pytest.mark.parametrize("loop_name", ASYNCIO_LOOPS)
+def test_a_fault_drained_before_its_task_runs_survives_a_cancel(dev, loop_name, fault, monkeypatch):
+    """The drain settles the wait's future with the fault; the task is cancelled before it
+    runs (a timeout, a sibling's failure in the same pass). The fault must not be lost:
+    the task raises it, as trio's woken task returns its outcome. A success lets the
+    cancellation through."""
+    s = dev.stream()
+    resolve = asyncio_loop._Parked.resolve
+    cancelled = []
+
+    def resolve_then_cancel(self, results):
+        resolve(self, results)
+        if results:
+            cancelled.append(task.cancel())
+
+    monkeypatch.setattr(asyncio_loop._Parked, "resolve", resolve_then_cancel)
+
+    async def body():
+        nonlocal task
+        n = cudafd.Notifier()
+        s.launch(0.05, fault=fault)
+        task = asyncio.ensure_future(cudafd.wait(s, notifier=n))
+        try:
+            await task
+        except (cudafd.CudaError, asyncio.CancelledError) as exc:
+            outcome = exc
+        await asyncio.sleep(0)
+        stats = n.statistics()
+        n.close()
+        return outcome, stats
+
+    task = None
+    outcome, stats = _run(loop_name, body)
+    assert cancelled == [True]
+    assert isinstance(outcome, cudafd.CudaError if fault else asyncio.CancelledError), repr(outcome)
+    assert (stats["pending"], stats["fd_holds"]) == (0, 0), stats
