@@ -208,3 +208,40 @@ def test_a_fence_awaited_in_a_closed_loop_gives_the_fd_back_on_close(dev, mechan
     assert not task.done()
     task._log_destroy_pending = False  # (it never ends: its loop is closed)
     s.synchronize()
+
+
+def test_a_fence_awaited_in_a_closed_loop_can_be_awaited_in_the_next_one(dev, mechanism):
+    """A loop closed while a task it ran awaits a Fence, the program still holding the
+    task: another loop may await the Fence (nothing runs on the closed one any more), and
+    the closed one's registration gives the fd back meanwhile."""
+    import asyncio
+
+    s = dev.stream()
+    loop = asyncio.new_event_loop()
+    s.launch(0.2)
+    f = cudafd.fence(s, mechanism=mechanism)
+
+    async def awaiting():
+        await f
+
+    task = loop.create_task(awaiting())
+
+    async def until_awaited():
+        while f._notifier.statistics()["fd_holds"] == 0:
+            await asyncio.sleep(0)
+
+    loop.run_until_complete(until_awaited())
+    loop.close()  # the task stays pending, and referenced
+
+    async def again():
+        await asyncio.wait_for(f, 10)
+        return f._notifier.statistics()
+
+    task._log_destroy_pending = False  # (it never ends: its loop is closed)
+    try:
+        after = asyncio.run(again())
+    finally:
+        f.close()
+    assert s.idle()
+    assert after["fd_holds"] == 0, after
+    assert not task.done()

@@ -5,7 +5,9 @@ fd to turn readable and ``fence.done()`` to turn True (cudafd._core.loop_hook's
 Several coroutines may await one Fence; they share one reader (of the
 Notifier's adapter_hold_fd(): with the "poll" mechanism its timer, which also
 fires when it is time to ask the driver again). Cancelling one of them
-unregisters only that one.
+unregisters only that one. They await on one loop at a time: another loop's
+await raises CudafdError while the first has awaits pending, unless that
+loop is closed (nothing runs there: its awaits are dropped).
 """
 
 from __future__ import annotations
@@ -31,7 +33,10 @@ class _ReadinessWaiter:
 
     def add(self, loop: asyncio.AbstractEventLoop, fut: asyncio.Future[None]) -> None:
         if self._loop is not None and self._loop is not loop:
-            raise CudafdError("a Fence can be awaited on one event loop at a time")
+            if not self._loop.is_closed():
+                raise CudafdError("a Fence can be awaited on one event loop at a time")
+            self._futures.clear()  # a closed loop's: nothing runs there, they never resolve
+            self._disarm()
         self._futures.append(fut)
         if self._loop is None:
             try:
