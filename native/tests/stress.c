@@ -4,6 +4,8 @@
  * Built and run by `make -C native check` (also with SAN=address and
  * SAN=thread). $CUDAFD_DRIVER must name libcudafd_sim.so. Every check that
  * fails prints its line; the last line reads "stress: N passed, M failed".
+ * `stress NAME` runs only the tests whose call names NAME, e.g.
+ * `stress record_order`.
  *
  * Covered: ordering and exactly-once delivery across many streams and two
  * contexts for every mechanism; waits from several threads at once (of
@@ -1435,15 +1437,25 @@ static void check_counts_zero(void)
            (long long)st[9], (long long)st[10], (long long)st[11]);
 }
 
-int main(void)
+/* `stress NAME` runs only the tests whose call names NAME (a substring),
+ * with the set-up and the final check that every count is back to zero. */
+static const char *only;
+#define RUN(call)                                                                                                      \
+    do {                                                                                                               \
+        if (!only || strstr(#call, only))                                                                              \
+            call;                                                                                                      \
+    } while (0)
+
+int main(int argc, char **argv)
 {
+    only = argc > 1 ? argv[1] : NULL;
     /* Faults here are kept to their own context (the simulator's default is
      * the H200's: every context of the process), so that one process can go
      * on to the next case in contexts a and b after each fault. */
     setenv("CUDAFD_SIM_FAULT_SCOPE", "context", 1);
-    test_fork_during_load(); /* first: the driver is not loaded in this process yet */
-    test_fork_inside_load();
-    test_legacy_streams_of_two_contexts();
+    RUN(test_fork_during_load()); /* first: the driver is not loaded in this process yet */
+    RUN(test_fork_inside_load());
+    RUN(test_legacy_streams_of_two_contexts());
     load_sim();
     int rc = cudafd_driver_load();
     if (rc != CUDAFD_OK) {
@@ -1453,59 +1465,59 @@ int main(void)
     CUcontext a = NULL, b = NULL;
     sim_ctx_create(0, &a);
     sim_ctx_create(1, &b);
-    test_bad_input(a);
+    RUN(test_bad_input(a));
     const int mechs[] = {CUDAFD_MECH_EVENT, CUDAFD_MECH_HOSTFUNC, CUDAFD_MECH_SPIN, CUDAFD_MECH_SYNCFD};
     int nmechs = 3;
     if (syncfd_expected()) { /* the simulator's fakes: syncfd runs every check below too */
-        test_syncfd(a, sim_push, sim_pop, sim_event_create, sim_event_record, sim_event_destroy);
-        test_syncfd_records(a, sim_push, sim_pop, sim_event_create, sim_event_record, sim_event_destroy);
+        RUN(test_syncfd(a, sim_push, sim_pop, sim_event_create, sim_event_record, sim_event_destroy));
+        RUN(test_syncfd_records(a, sim_push, sim_pop, sim_event_create, sim_event_record, sim_event_destroy));
         nmechs = 4;
     }
     for (int m = 0; m < nmechs; m++) {
-        test_ordering(mechs[m], a, b);
-        test_concurrent_watches_keep_record_order(mechs[m], a);
-        test_concurrent_event_watches_keep_record_order(mechs[m], a);
-        test_threads(mechs[m], a);
-        test_cancel(mechs[m], a);
-        test_close(mechs[m], a);
-        test_events(mechs[m], a);
-        test_fault(mechs[m]);
-        test_fault_after_idle(mechs[m]);
-        test_close_races_watches(mechs[m], a);
+        RUN(test_ordering(mechs[m], a, b));
+        RUN(test_concurrent_watches_keep_record_order(mechs[m], a));
+        RUN(test_concurrent_event_watches_keep_record_order(mechs[m], a));
+        RUN(test_threads(mechs[m], a));
+        RUN(test_cancel(mechs[m], a));
+        RUN(test_close(mechs[m], a));
+        RUN(test_events(mechs[m], a));
+        RUN(test_fault(mechs[m]));
+        RUN(test_fault_after_idle(mechs[m]));
+        RUN(test_close_races_watches(mechs[m], a));
     }
-    test_ask(a);
-    test_fork_child(a);
-    test_many_spinning();
-    test_side_streams_kept();
+    RUN(test_ask(a));
+    RUN(test_fork_child(a));
+    RUN(test_many_spinning());
+    RUN(test_side_streams_kept());
     for (int how = 0; how < 4; how++)
-        test_side_stream_left_waiting(how);
-    test_hostfunc_launch_order(a);
-    test_hostfunc_fault_during_launch();
-    test_hostfunc_swept_during_launch();
-    test_fork_child_closes();
-    test_budgets_on_one_stream(a);
-    test_nearby_lanes_share_a_round(a);
-    test_primary_released_after_a_failed_first_stream();
-    test_event_of_another_faulted_context(CUDAFD_MECH_EVENT);
-    test_event_of_another_faulted_context(CUDAFD_MECH_HOSTFUNC);
+        RUN(test_side_stream_left_waiting(how));
+    RUN(test_hostfunc_launch_order(a));
+    RUN(test_hostfunc_fault_during_launch());
+    RUN(test_hostfunc_swept_during_launch());
+    RUN(test_fork_child_closes());
+    RUN(test_budgets_on_one_stream(a));
+    RUN(test_nearby_lanes_share_a_round(a));
+    RUN(test_primary_released_after_a_failed_first_stream());
+    RUN(test_event_of_another_faulted_context(CUDAFD_MECH_EVENT));
+    RUN(test_event_of_another_faulted_context(CUDAFD_MECH_HOSTFUNC));
     for (int i = 0; i < 4; i++)
-        test_failed_watch_tells_the_context(i < 2 ? CUDAFD_MECH_EVENT : CUDAFD_MECH_HOSTFUNC, i % 2);
+        RUN(test_failed_watch_tells_the_context(i < 2 ? CUDAFD_MECH_EVENT : CUDAFD_MECH_HOSTFUNC, i % 2));
     for (int mech = CUDAFD_MECH_EVENT; mech <= CUDAFD_MECH_SPIN; mech++)
-        test_primary_released_under_a_notifier(mech);
-    test_release_idle_waits_for_the_poller();
-    test_dropped_waits_leave(CUDAFD_MECH_EVENT);
-    test_dropped_waits_leave(CUDAFD_MECH_SPIN);
-    test_release_idle_waits_for_the_watchdog();
-    test_release();
+        RUN(test_primary_released_under_a_notifier(mech));
+    RUN(test_release_idle_waits_for_the_poller());
+    RUN(test_dropped_waits_leave(CUDAFD_MECH_EVENT));
+    RUN(test_dropped_waits_leave(CUDAFD_MECH_SPIN));
+    RUN(test_release_idle_waits_for_the_watchdog());
+    RUN(test_release());
     /* the poller at its most eager (every wait asked about every microsecond)
      * and at a lazy budget (faults still surface, nothing stalls) */
     const int64_t budgets[] = {CUDAFD_MAX_LATENESS_MIN_NS, 20 * 1000 * 1000};
     for (int i = 0; i < 2; i++) {
         CHECK(cudafd_set_option(CUDAFD_OPT_MAX_LATENESS_NS, budgets[i]) == CUDAFD_OK, "max_lateness option");
-        test_ordering(CUDAFD_MECH_EVENT, a, b);
-        test_threads(CUDAFD_MECH_EVENT, a);
-        test_cancel(CUDAFD_MECH_EVENT, a);
-        test_fault(CUDAFD_MECH_EVENT);
+        RUN(test_ordering(CUDAFD_MECH_EVENT, a, b));
+        RUN(test_threads(CUDAFD_MECH_EVENT, a));
+        RUN(test_cancel(CUDAFD_MECH_EVENT, a));
+        RUN(test_fault(CUDAFD_MECH_EVENT));
     }
     cudafd_set_option(CUDAFD_OPT_MAX_LATENESS_NS, CUDAFD_MAX_LATENESS_DEFAULT_NS);
     sim_ctx_destroy(a);
