@@ -181,14 +181,13 @@ def test_an_awaited_fence_dropped_without_close_is_freed_at_once(dev, loop_flavo
         gc.enable()
 
 
-def test_a_fence_awaited_in_a_closed_loop_gives_the_fd_back_on_close(dev, mechanism):
-    """A loop closed while a task it ran awaits a Fence, the program still holding the
-    task: the Fence's close gives the fd back at once (nothing runs on that loop to do it)."""
+def _awaited_in_a_closed_loop(s, mechanism, seconds):
+    """A Fence of ``seconds`` of work on ``s``, awaited by a task of a loop closed since:
+    (the fence, the task, still pending and referenced)."""
     import asyncio
 
-    s = dev.stream()
     loop = asyncio.new_event_loop()
-    s.launch(0.5)
+    s.launch(seconds)
     f = cudafd.fence(s, mechanism=mechanism)
 
     async def awaiting():
@@ -201,12 +200,20 @@ def test_a_fence_awaited_in_a_closed_loop_gives_the_fd_back_on_close(dev, mechan
             await asyncio.sleep(0)
 
     loop.run_until_complete(until_awaited())
-    loop.close()  # the task stays pending, and referenced
+    loop.close()
+    task._log_destroy_pending = False  # (it never ends: its loop is closed)
+    return f, task
+
+
+def test_a_fence_awaited_in_a_closed_loop_gives_the_fd_back_on_close(dev, mechanism):
+    """A loop closed while a task it ran awaits a Fence, the program still holding the
+    task: the Fence's close gives the fd back at once (nothing runs on that loop to do it)."""
+    s = dev.stream()
+    f, task = _awaited_in_a_closed_loop(s, mechanism, 0.5)
     f.close()
     after = f._notifier.statistics()
     assert (after["fd_holds"], after["fd_open"]) == (0, 0), after
     assert not task.done()
-    task._log_destroy_pending = False  # (it never ends: its loop is closed)
     s.synchronize()
 
 
@@ -217,27 +224,12 @@ def test_a_fence_awaited_in_a_closed_loop_can_be_awaited_in_the_next_one(dev, me
     import asyncio
 
     s = dev.stream()
-    loop = asyncio.new_event_loop()
-    s.launch(0.2)
-    f = cudafd.fence(s, mechanism=mechanism)
-
-    async def awaiting():
-        await f
-
-    task = loop.create_task(awaiting())
-
-    async def until_awaited():
-        while f._notifier.statistics()["fd_holds"] == 0:
-            await asyncio.sleep(0)
-
-    loop.run_until_complete(until_awaited())
-    loop.close()  # the task stays pending, and referenced
+    f, task = _awaited_in_a_closed_loop(s, mechanism, 0.2)
 
     async def again():
         await asyncio.wait_for(f, 10)
         return f._notifier.statistics()
 
-    task._log_destroy_pending = False  # (it never ends: its loop is closed)
     try:
         after = asyncio.run(again())
     finally:
