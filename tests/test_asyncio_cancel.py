@@ -22,8 +22,10 @@ def _run(loop_name, body):
         loop.close()
 
 
-@pytest.mark.skipif(REAL, reason="faults on a GPU end its primary context: the simulator's are per context")
-@pytest.mark.parametrize("fault", [True, False])
+_REAL_FAULT = pytest.mark.skipif(REAL, reason="faults on a GPU end its primary context: the simulator's are per context")
+
+
+@pytest.mark.parametrize("fault", [pytest.param(True, marks=_REAL_FAULT), False])
 @pytest.mark.parametrize("loop_name", ASYNCIO_LOOPS)
 def test_a_fault_drained_before_its_task_runs_survives_a_cancel(dev, loop_name, fault, monkeypatch):
     """The drain settles the wait's future with the fault; the task is cancelled before it

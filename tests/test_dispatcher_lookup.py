@@ -75,6 +75,37 @@ def test_a_closed_default_notifier_is_replaced_at_the_next_wait(dev):
         loop.close()
 
 
+def test_a_replaced_default_notifier_is_let_go(dev):
+    """A closed default (closed by its user, or by close_default_notifier) is let go once
+    replaced, not kept until the loop is collected: a long-lived loop holds only its current one."""
+    s = dev.stream()
+    gone = []
+
+    async def body() -> None:
+        loop = asyncio.get_running_loop()
+        for i in range(4):
+            s.launch(0.001)
+            await cudafd.wait(s)  # (a new default from the second round on)
+            n = asyncio_loop.default_notifier(loop)
+            weakref.finalize(n, gone.append, i)
+            if i % 2:
+                asyncio_loop.close_default_notifier(loop)
+            else:
+                n.close()
+            del n
+        await cudafd.wait(s)
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(body())
+        gc.collect()
+        assert sorted(gone) == [0, 1, 2, 3], gone
+        assert not asyncio_loop.default_notifier(loop).closed
+    finally:
+        asyncio_loop.close_default_notifier(loop)
+        loop.close()
+
+
 def test_loops_on_two_threads_never_share_a_dispatcher(dev):
     """Each thread's waits alternate with the other's, so the last-used entry is
     mostly the other loop's: each must still land on its own loop's default."""

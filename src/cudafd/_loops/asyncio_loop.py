@@ -83,11 +83,10 @@ def _add_reader(loop: asyncio.AbstractEventLoop, notifier: Notifier, callback: C
     fd = notifier.adapter_hold_fd()
     try:
         loop.add_reader(fd, callback)
-    except NotImplementedError:
+    except BaseException as exc:
         notifier.adapter_release_fd()
-        raise CudafdError(_NO_READER) from None
-    except BaseException:
-        notifier.adapter_release_fd()
+        if isinstance(exc, NotImplementedError):
+            raise CudafdError(_NO_READER) from None
         raise
     return fd
 
@@ -102,9 +101,8 @@ def _remove_reader(loop: asyncio.AbstractEventLoop, notifier: Notifier, fd: int)
 
 
 class _Parked:
-    """The futures parked on one Notifier in one loop, and the reader that
-    resolves them. Only the loop (through the registered callback) and the
-    parked coroutines hold it."""
+    """The futures parked on one Notifier in one loop, and the reader that resolves them.
+    Only the loop (through the registered callback) and the parked coroutines hold it."""
 
     __slots__ = ("loop", "notifier", "busy", "futures", "fd", "check", "__weakref__")
 
@@ -341,7 +339,8 @@ def _yield() -> Generator[None, None, None]:
 
 # ---- lookup -----------------------------------------------------------------
 
-_defaults: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Notifier] = weakref.WeakKeyDictionary()
+_defaults: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Notifier, weakref.finalize]]
+_defaults = weakref.WeakKeyDictionary()
 _dispatchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.WeakKeyDictionary[Notifier, Dispatcher]]
 _dispatchers = weakref.WeakKeyDictionary()
 
@@ -384,16 +383,18 @@ def dispatcher(loop: asyncio.AbstractEventLoop, notifier: Notifier | None) -> Di
 
 def default_notifier(loop: asyncio.AbstractEventLoop, create: bool = False) -> Notifier | None:
     """The loop's default Notifier: created on first use when ``create``, closed when the loop is collected."""
-    notifier = _defaults.get(loop)
+    notifier, at_collect = _defaults.get(loop, (None, None))
     if (notifier is None or notifier.closed) and create:
+        if at_collect is not None:  # (a closed one is let go, not kept for the loop's collection)
+            at_collect.detach()
         notifier = Notifier()
-        _defaults[loop] = notifier
-        weakref.finalize(loop, notifier.close)
+        _defaults[loop] = (notifier, weakref.finalize(loop, notifier.close))
     return notifier
 
 
 def close_default_notifier(loop: asyncio.AbstractEventLoop) -> None:
     """Close the loop's default Notifier now, if it has one (its pending waits raise ClosedError)."""
-    notifier = _defaults.pop(loop, None)
+    notifier, at_collect = _defaults.pop(loop, (None, None))
     if notifier is not None:
+        at_collect.detach()
         notifier.close()
