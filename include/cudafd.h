@@ -212,8 +212,9 @@ uint64_t cudafd_stream_key(uintptr_t stream);
  * CUDAFD_E_INVALID on a notifier of another mechanism. */
 int cudafd_watch_stream_fence(cudafd_notifier *n, uintptr_t stream, uint64_t *token, int *fence_fd);
 int cudafd_watch_event_fence(cudafd_notifier *n, uintptr_t event, uint64_t *token, int *fence_fd);
-/* The syncfd mechanism's self-test, as text (running it on the first call;
- * it loads the driver): a first line "available ..." or "unavailable: STEP:
+/* The syncfd mechanism's self-test, as text (running it on the first call,
+ * and again at a later one while the driver could not be loaded; it loads
+ * the driver): a first line "available ..." or "unavailable: STEP:
  * why", then one line per step, in order, "STEP | what it does | RESULT", where
  * RESULT is "ok", "not run" or why it failed. The steps: library, driver,
  * device, module, attributes, reconcile, syncpoint, import, signal, extract,

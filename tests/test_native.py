@@ -2,7 +2,7 @@
 native/tests/token_wrap.c: tokens across the wrap of their generation, and
 native/tests/clock_step.c: the watchdog's timed waits across a step of the
 wall clock, native/tests/callback_lock.c: the driver's callback thread while the
-core's lock is held) against
+core's lock is held, native/tests/bad_input.c: bad input to the C API) against
 the simulator: plain, under AddressSanitizer and under ThreadSanitizer. The same
 commands are documented in docs/development.md."""
 from __future__ import annotations
@@ -35,7 +35,7 @@ def test_stress_and_sim_selftest(sanitizer, tmp_path):
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     log = r.stdout + r.stderr
     assert r.returncode == 0, log[-6000:]
-    for test in ("sim_selftest", "token_wrap", "clock_step", "callback_lock", "stress"):
+    for test in ("sim_selftest", "token_wrap", "clock_step", "callback_lock", "bad_input", "stress"):
         assert re.search(rf"^{test}: [1-9][0-9]* passed, 0 failed$", log, re.M), (test, log[-3000:])
     assert "WARNING: ThreadSanitizer" not in log, log[-6000:]
     assert "ERROR: AddressSanitizer" not in log and "ERROR: LeakSanitizer" not in log, log[-6000:]

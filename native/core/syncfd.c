@@ -530,7 +530,8 @@ static void probe_once(void)
         run_probe();
         sf.rc = sf.failed == STEP_COUNT ? CUDAFD_OK : CUDAFD_E_UNSUPPORTED;
         build_report();
-        sf.probed = true;
+        /* a driver that did not load may load later (cudafd_set_driver): probed again then */
+        sf.probed = sf.failed != STEP_driver || cudafd_driver_path()[0];
     }
     pthread_mutex_unlock(&sf.mu);
 }
