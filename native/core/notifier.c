@@ -93,7 +93,8 @@ int cfd_notifier_take(cudafd_notifier *n, cudafd_completion *out, int max)
         rc = cfd_closed_error();
     } else {
         size_t take = n->qlen < (size_t)max ? n->qlen : (size_t)max;
-        memcpy(out, n->q + n->qhead, take * sizeof *out);
+        if (take > 0) /* out may be NULL with max 0, and q is NULL until the first push */
+            memcpy(out, n->q + n->qhead, take * sizeof *out);
         n->qhead += take;
         n->qlen -= take;
         if (n->qlen == 0) {

@@ -3,6 +3,9 @@
  * and a message, never a crash or undefined behaviour. On the simulator
  * ($CUDAFD_DRIVER, $CUDAFD_SYNCFD_FAKE), in a process that starts with no
  * driver loaded.
+ *
+ * `make SAN=undefined check` with UBSAN_OPTIONS=halt_on_error=1 also stops
+ * at undefined behaviour that a plain build does not show.
  */
 #include <string.h>
 
@@ -30,9 +33,30 @@ static void before_the_driver(void)
     cudafd_notifier_destroy(n);
 }
 
+/* Drains that find nothing queued, before anything ever was. */
+static void empty_drains(void)
+{
+    for (int mech = CUDAFD_MECH_EVENT; mech <= CUDAFD_MECH_SYNCFD; mech++) {
+        cudafd_notifier *n = NULL;
+        CHECK(cudafd_notifier_create(mech, &n) == CUDAFD_OK, "mech %d: create", mech);
+        if (!n)
+            continue;
+        cudafd_completion out[4];
+        CHECK(cudafd_drain(n, NULL, 0) == 0, "mech %d: drain into no buffer", mech);
+        CHECK(cudafd_drain(n, out, 4) == 0, "mech %d: drain a queue that never held anything", mech);
+        CHECK(cudafd_drain(n, NULL, 1) == CUDAFD_E_INVALID, "mech %d: NULL buffer for one", mech);
+        CHECK(cudafd_drain(n, out, -1) == CUDAFD_E_INVALID, "mech %d: negative max", mech);
+        CHECK(cudafd_notifier_close(n) == CUDAFD_OK && cudafd_notifier_close(n) == CUDAFD_OK,
+              "mech %d: close twice", mech);
+        CHECK(cudafd_drain(n, NULL, 0) == CUDAFD_E_CLOSED, "mech %d: drain once closed", mech);
+        cudafd_notifier_destroy(n);
+    }
+}
+
 int main(void)
 {
     before_the_driver();
+    empty_drains();
     cudafd_release_idle();
     int64_t st[CUDAFD_STAT_COUNT];
     cudafd_stats(st, CUDAFD_STAT_COUNT);
