@@ -393,3 +393,21 @@ def test_a_fault_says_whether_its_context_is_lost(code):
     is unusable; a destroyed context and a bad handle get their own advice."""
     message = str(cudafd.CudaError(code))
     assert ("context is now unusable" in message) == (code in (214, 700, 719)), message
+
+
+@pytest.mark.parametrize("value", ["telepathy", "ev ent"])
+def test_a_bad_mechanism_variable_is_named_in_the_error(monkeypatch, value):
+    """A Notifier or fence made without a mechanism reads $CUDAFD_MECHANISM: the error names it."""
+    monkeypatch.setenv("CUDAFD_MECHANISM", value)
+    with pytest.raises(ValueError, match=r"\$CUDAFD_MECHANISM='.*' is not a cudafd mechanism: choose one of event"):
+        cudafd.Notifier()
+    with pytest.raises(ValueError, match=r"\$CUDAFD_MECHANISM"):
+        cudafd.fence(0)
+
+
+def test_a_blank_mechanism_variable_is_unset(monkeypatch):
+    """As a blank $CUDAFD_MAX_LATENESS: the default, not a mechanism named ''."""
+    monkeypatch.setenv("CUDAFD_MECHANISM", "  ")
+    monkeypatch.setenv("CUDAFD_MAX_LATENESS", " ")
+    with cudafd.Notifier() as n:
+        assert n.mechanism == "event" and n.max_lateness == 0.0004

@@ -126,8 +126,14 @@ def _run_hooks(hooks: list[Callable[[], None]]) -> None:
 
 
 def default_mechanism() -> str:
-    """$CUDAFD_MECHANISM if set, else "event"."""
-    return (os.environ.get("CUDAFD_MECHANISM") or "event").strip().lower()
+    """$CUDAFD_MECHANISM if set (not blank), else "event"; ValueError naming the variable if it is not a mechanism."""
+    raw = os.environ.get("CUDAFD_MECHANISM", "")
+    name = raw.strip().lower()
+    if not name:
+        return "event"
+    if name not in MECHANISMS:
+        raise ValueError(f"$CUDAFD_MECHANISM={raw!r} is not a cudafd mechanism: choose one of {', '.join(MECHANISMS)}")
+    return name
 
 
 def _check_mechanism(name: object) -> str:
