@@ -411,3 +411,31 @@ def test_a_blank_mechanism_variable_is_unset(monkeypatch):
     monkeypatch.setenv("CUDAFD_MAX_LATENESS", " ")
     with cudafd.Notifier() as n:
         assert n.mechanism == "event" and n.max_lateness == 0.0004
+
+
+def _use_driver_given_bytes_then_empty() -> None:
+    from cudafd._core import lib as _lib
+
+    with pytest.raises(ValueError, match="not ''; None chooses the default"):
+        cudafd.use_driver("")
+    with pytest.raises(TypeError):
+        cudafd.use_driver(5)
+    cudafd.use_driver(_lib.sim_library_path().encode())  # a bytes path, as os.fsencode gives
+    with cudafd.Notifier() as n:  # loads the core, which is handed the choice
+        dev = cudafd.sim.Device()
+        n.watch(dev.stream())
+    assert _lib.committed_driver_path() == _lib.sim_library_path()
+    dev.close()
+
+
+def test_use_driver_takes_a_bytes_path_and_refuses_an_empty_one():
+    """Before the core loads (a fresh process): a bytes path reached the core's loader
+    as bytes (AttributeError at the first Notifier); '' chose the default silently."""
+    import os
+
+    from cudafd._core import lib as _lib
+    from support import in_child
+
+    if not os.path.exists(_lib.sim_library_path()):
+        pytest.skip("the simulator is not built here")
+    in_child("test_bad_input._use_driver_given_bytes_then_empty()")

@@ -275,10 +275,13 @@ def use_driver(path: str | os.PathLike[str] | None) -> None:
     ``None`` restores the default ($CUDAFD_DRIVER, else ``libcuda.so.1``).
     Calling it again with the driver already in use is a no-op; choosing a
     different one after a driver was loaded raises :class:`CudafdError`
-    (one process has one driver).
+    (one process has one driver). Raises TypeError for something that is
+    not a path, ValueError for ``""``.
     """
     global _choice
-    want = os.fspath(path) if path is not None else None
+    want = os.fsdecode(path) if path is not None else None  # (the core takes it encoded: a str here)
+    if want == "":
+        raise ValueError("use_driver() takes the path or soname of a CUDA driver library, not ''; None chooses the default")
     with _lock:
         current = committed_driver_path()
         if current is not None:
