@@ -210,6 +210,38 @@ def test_simulated_launch_says_what_a_length_is():
         dev.close()
 
 
+@pytest.mark.skipif(REAL, reason="the simulator's own API: tested on the simulator")
+@pytest.mark.parametrize("seconds", [float("inf"), 1e300, 2**70, float("nan"), -1])
+def test_simulated_kernel_lengths_out_of_range_are_refused(seconds):
+    """The simulator counts a kernel in uint64 ns: a length past that wrapped round to
+    another one (or raised OverflowError from inside); launch_kernel took any length."""
+    dev = cudafd.sim.Device()
+    try:
+        s = dev.stream()
+        for launch in (s.launch, s.launch_kernel):
+            with pytest.raises(ValueError, match="length in seconds must be >= 0 and at most"):
+                launch(seconds)
+        with pytest.raises(TypeError, match="seconds"):
+            s.launch_kernel("1ms")
+        assert s.query(), "a refused launch enqueued a kernel"
+    finally:
+        dev.close()
+
+
+@pytest.mark.skipif(REAL, reason="the simulator's own API: tested on the simulator")
+def test_simulated_fault_code_out_of_range_is_refused():
+    """A CUresult is a C int: 2**32 + 700 was taken as 700."""
+    dev = cudafd.sim.Device()
+    try:
+        s = dev.stream()
+        with pytest.raises(ValueError, match="a fault is a positive CUresult"):
+            s.launch(0.0, fault=2**32 + 700)
+        s.synchronize()
+        assert dev.fault() is None
+    finally:
+        dev.close()
+
+
 def test_prepare_outside_a_loop_names_prepare(dev):
     with pytest.raises(cudafd.CudafdError, match=r"cudafd\.prepare\(\) must be called inside a running event loop"):
         cudafd.prepare(dev.stream())

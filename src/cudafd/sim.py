@@ -46,13 +46,25 @@ def driver() -> _driver.Driver:
     return drv
 
 
+_KERNEL_MAX_S = 2**63 / 1e9  # the simulator counts a kernel's end in uint64 ns from its start (~292 years)
+
+
+def _kernel_seconds(seconds: object) -> float:
+    """A kernel's length in seconds, checked: a real number in [0, _KERNEL_MAX_S]."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"a kernel's length is a number of seconds (e.g. 0.001), not {seconds!r}")
+    if not 0 <= seconds <= _KERNEL_MAX_S:  # (NaN too)
+        raise ValueError(f"a kernel's length in seconds must be >= 0 and at most {_KERNEL_MAX_S:.3g}, not {seconds!r}")
+    return float(seconds)
+
+
 def _fault_code(fault: str | int | bool | None) -> int:
     if fault is None or fault is False:
         return 0
     if fault is True:
         return CUDA_ERROR_CODES["CUDA_ERROR_ILLEGAL_ADDRESS"]
     if isinstance(fault, int):
-        if fault < 0:
+        if not 0 <= fault < 2**31:  # (a CUresult is a C int)
             raise ValueError(f"a fault is a positive CUresult, got {fault}")
         return fault
     if isinstance(fault, str):
@@ -168,18 +180,15 @@ class Stream:
         context faults with it (sticky), as on a GPU.
         """
         self._check_open()
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-            raise TypeError(f"launch() takes the kernel's length in seconds (e.g. 0.001), not {seconds!r}")
-        if not seconds >= 0:  # (NaN too)
-            raise ValueError(f"a kernel's length in seconds must be >= 0, not {seconds!r}")
+        ns = int(_kernel_seconds(seconds) * 1e9)
         drv = self.device._drv
-        res = drv.sim.cudafdsim_launch(self.handle, int(seconds * 1e9), _fault_code(fault))  # type: ignore[union-attr]
+        res = drv.sim.cudafdsim_launch(self.handle, ns, _fault_code(fault))  # type: ignore[union-attr]
         _driver.check(res, "cudafdsim_launch")
 
     def launch_kernel(self, seconds: float, fault: bool = False) -> None:
         """Launch the cudafd_spin kernel through cuLaunchKernel, as on a real GPU (see cudafd._core.kernels)."""
         self._check_open()
-        _kernels.launch_spin(self.handle, seconds, fault)
+        _kernels.launch_spin(self.handle, _kernel_seconds(seconds), fault)
 
     def record(self) -> Event:
         """Record a new event at the stream's current end."""
