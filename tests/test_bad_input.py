@@ -229,6 +229,22 @@ def test_simulated_kernel_lengths_out_of_range_are_refused(seconds):
 
 
 @pytest.mark.skipif(REAL, reason="the simulator's own API: tested on the simulator")
+@pytest.mark.parametrize("ordinal", [2**32, 2**32 + 1, 2**70, -1, 64])
+def test_simulated_device_that_does_not_exist_is_refused(ordinal):
+    """A C int ordinal: 2**32 + 1 was taken as device 1, silently."""
+    count = cudafd.sim.driver().device_count()
+    with pytest.raises(ValueError, match=rf"no simulated device {ordinal}: the simulator has {count}"):
+        cudafd.sim.Device(ordinal)
+
+
+@pytest.mark.skipif(REAL, reason="the simulator's own API: tested on the simulator")
+@pytest.mark.parametrize("ordinal", [1.0, "0", None, True])
+def test_simulated_device_ordinal_is_an_int(ordinal):
+    with pytest.raises(TypeError, match="integer|int"):
+        cudafd.sim.Device(ordinal)
+
+
+@pytest.mark.skipif(REAL, reason="the simulator's own API: tested on the simulator")
 def test_simulated_fault_code_out_of_range_is_refused():
     """A CUresult is a C int: 2**32 + 700 was taken as 700."""
     dev = cudafd.sim.Device()

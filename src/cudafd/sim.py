@@ -18,6 +18,7 @@ cudafd.use_simulator() first).
 
 from __future__ import annotations
 
+import operator
 import threading
 import weakref
 from ctypes import byref, c_int, c_void_p
@@ -80,11 +81,22 @@ class Device:
 
     close() destroys the context with its streams and events (blocked
     synchronisations return CUDA_ERROR_CONTEXT_IS_DESTROYED); idempotent.
+    Raises ValueError for a device the simulator does not have (it has
+    $CUDAFD_SIM_DEVICES, 2 by default), TypeError for an ordinal that is not an int.
     """
 
     def __init__(self, ordinal: int = 0) -> None:
         self._closed = True  # first: a half-built object is safe to collect
+        if isinstance(ordinal, bool):
+            raise TypeError("a simulated device ordinal is an int (0, 1, ...), not bool")
+        ordinal = operator.index(ordinal)  # (TypeError for a float, a str, ...)
         self._drv = drv = driver()
+        count = drv.device_count()
+        if not 0 <= ordinal < count:
+            raise ValueError(
+                f"no simulated device {ordinal}: the simulator has {count} (0 to {count - 1}; "
+                "$CUDAFD_SIM_DEVICES sets how many, up to 64)"
+            )
         ctx = c_void_p()
         _driver.check(drv.sim.cudafdsim_ctx_create(ordinal, byref(ctx)), "cudafdsim_ctx_create")  # type: ignore[union-attr]
         self.ordinal = ordinal
