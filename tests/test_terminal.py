@@ -122,3 +122,20 @@ def test_scale_target_and_table_give_the_same_thread_cap():
     assert "3 (cap 2)" in report._scale({"event": res})
     row = next(r for r in targets.evaluate({"scale": {"event": dict(res, peak_native_threads=2)}}))
     assert row["status"] == "pass"
+
+
+@pytest.mark.skipif(REAL, reason="runs the demo on the simulator")
+@pytest.mark.parametrize("argv, env, status, message", [
+    (["--mechanism", "syncfd"], {"CUDAFD_SIM_SYNCFD_FAIL": "device"}, 1, "creating a notifier (mechanism 'syncfd'): the syncfd mechanism is unavailable here"),
+    ([], {"CUDAFD_MECHANISM": "telepathy"}, 2, "$CUDAFD_MECHANISM='telepathy' is not a cudafd mechanism"),
+    (["--mechanism", "poll"], {"CUDAFD_MECHANISM": "telepathy"}, 0, None),
+    ([], {"CUDAFD_MAX_LATENESS": "2ms"}, 2, "$CUDAFD_MAX_LATENESS='2ms' is not a number of seconds"),
+], ids=["unusable-mechanism", "bad-mechanism-variable", "variable-overridden", "bad-lateness-variable"])
+def test_demo_with_a_mechanism_it_cannot_use_says_why_without_a_traceback(argv, env, status, message):
+    r = subprocess.run([sys.executable, "-m", "cudafd", "demo", "--sim", "--waits", "20", "--streams", "2", *argv],
+                       capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, CUDAFD_PROGRESS="plain", **env))
+    assert r.returncode == status, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+    if message is not None:
+        assert f"python -m cudafd demo: error: {message}" in r.stderr, r.stderr

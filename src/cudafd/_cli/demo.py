@@ -21,7 +21,7 @@ import random
 import sys
 import time
 
-from .. import CudaError, Notifier, stats
+from .. import CudaError, CudafdError, Notifier, stats
 from .progress import Progress
 from ._device import Setup, choose
 
@@ -111,7 +111,11 @@ async def _run(setup: Setup, waits: int, streams: int, mechanism: str | None) ->
     handles = setup.streams(streams)
     for h in handles:
         setup.warm_up(h)
-    notifier = Notifier(mechanism)
+    try:
+        notifier = Notifier(mechanism)
+    except (ValueError, CudafdError) as exc:  # a bad $CUDAFD_MECHANISM or $CUDAFD_MAX_LATENESS; a mechanism unusable here
+        print(f"python -m cudafd demo: error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, ValueError) else 1
     print(
         f"mechanism {notifier.mechanism}: {waits:,} waits over {streams} streams (one coroutine each), "
         f"kernels of {_kernels()}"
@@ -137,7 +141,7 @@ async def _run(setup: Setup, waits: int, streams: int, mechanism: str | None) ->
         print(f"  {SIM_CAVEAT}")
     print(_how_they_ended(notifier.mechanism, len(values), before, after))
     if setup.kind == "sim":
-        await _fault_demo()
+        await _fault_demo(notifier.mechanism)
     return 0
 
 
@@ -158,10 +162,10 @@ def _how_they_ended(mechanism: str, waits: int, before: dict[str, int], after: d
     return text
 
 
-async def _fault_demo() -> None:
+async def _fault_demo(mechanism: str) -> None:
     from .. import sim, wait
 
-    with sim.Device() as dev, Notifier() as notifier:
+    with sim.Device() as dev, Notifier(mechanism) as notifier:
         s = dev.stream()
         s.launch(0.001, fault="CUDA_ERROR_ILLEGAL_ADDRESS")
         try:
