@@ -5,6 +5,8 @@ import importlib.util
 import subprocess
 import sys
 
+import pytest
+
 from support import child_env
 
 
@@ -39,3 +41,17 @@ def test_doctor_calls_every_loop_with_an_adapter_supported():
             assert loops[name].startswith("importable (supported"), (name, loops[name])
         else:
             assert loops[name] == "not installed", (name, loops[name])
+
+
+@pytest.mark.parametrize("variable, value", [("CUDAFD_MECHANISM", "telepathy"), ("CUDAFD_MAX_LATENESS", "2ms")])
+def test_doctor_reports_a_bad_variable_as_a_failed_check(variable, value):
+    """The fault check waits on the default Notifier, which reads the variable: a
+    failed line and exit status 1, not a traceback."""
+    r = subprocess.run([sys.executable, "-m", "cudafd", "doctor", "--sim"], capture_output=True, text=True,
+                       timeout=120, env=child_env(**{variable: value}))
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert f"  {variable:<14} {value}" in lines, lines  # shown with the environment
+    fault = next(line for line in lines if line.startswith("  fault "))
+    assert f"FAILED: ValueError: ${variable}='{value}'" in fault, fault
+    assert lines[-1] == "some checks FAILED", lines

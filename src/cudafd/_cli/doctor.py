@@ -166,7 +166,11 @@ def _fault_check() -> bool:
                 s.close()
         return "no error"
 
-    got = asyncio.run(go())
+    try:
+        got = asyncio.run(go())  # (the default Notifier: $CUDAFD_MECHANISM, $CUDAFD_MAX_LATENESS)
+    except Exception as exc:  # report, as the self-test does
+        _line("fault", f"FAILED: {type(exc).__name__}: {exc}")
+        return False
     good = got == "CUDA_ERROR_ILLEGAL_ADDRESS"
     _line("fault", f"{'ok' if good else 'FAILED'}: a faulting kernel raised {got}")
     return good
@@ -175,7 +179,8 @@ def _fault_check() -> bool:
 def run(force_sim: bool = False) -> int:
     """Print the report; returns 0 if the self-test passed, 1 otherwise."""
     print(f"cudafd {__version__} (Python {platform.python_version()}, {platform.system()} {platform.machine()})")
-    for var in ("CUDAFD_LIBRARY", "CUDAFD_DRIVER", "CUDAFD_SIMULATOR", "CUDAFD_MECHANISM", "CUDAFD_SYNCFD_FAKE", "CUDA_VISIBLE_DEVICES"):
+    for var in ("CUDAFD_LIBRARY", "CUDAFD_DRIVER", "CUDAFD_SIMULATOR", "CUDAFD_MECHANISM", "CUDAFD_MAX_LATENESS",
+                "CUDAFD_SYNCFD_FAKE", "CUDA_VISIBLE_DEVICES"):
         if os.environ.get(var):
             _line(var, os.environ[var])
     native = _native_section()
