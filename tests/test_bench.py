@@ -178,3 +178,13 @@ def test_throughput_takes_its_kernel_length_and_streams_from_the_command_line():
     for bad in ("0", "-5", "nan"):
         with pytest.raises(SystemExit):
             options.parse(["throughput", "--kernel-us", bad])
+
+
+@pytest.mark.parametrize("where", ["a-file", "a-file/below"])
+def test_an_out_folder_that_cannot_be_made_is_a_usage_error(tmp_path, where):
+    (tmp_path / "a-file").write_text("")
+    cmd = [sys.executable, "-m", "cudafd", "bench", "--quick", "--sim", "--out", str(tmp_path / where), "latency"]
+    r = subprocess.run(cmd, check=False, env=child_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    assert f"python -m cudafd bench: error: --out {tmp_path / where}: cannot make the folder" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr

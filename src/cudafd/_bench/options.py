@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-from typing import Any
+from typing import Any, NoReturn
 
 from . import SECTIONS
 
-__all__ = ["FULL", "MECHANISMS_SCALE", "QUICK", "parse", "plan"]
+__all__ = ["FULL", "MECHANISMS_SCALE", "QUICK", "error", "parse", "plan"]
 
 MECHANISMS_SCALE = ("event", "hostfunc", "spin")
 
@@ -167,6 +167,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--rounds", type=int, default=None, help="latency: rounds per method (default 4000; quick 300)")
     return p
+
+
+def error(message: str) -> NoReturn:
+    """Exit with the usage and ``message``, as for a bad option (status 2)."""
+    _parser().error(message)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -247,7 +247,10 @@ def main(argv: list[str]) -> int:
     environment = env.collect(simulator)
     environment["loops"] = args.loops
     out_dir = _out_dir(args)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file there, no permission, a read-only file system
+        options.error(f"--out {out_dir}: cannot make the folder: {exc.strerror or exc}")
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     if simulator:
         _say(report.SIM_BANNER)
