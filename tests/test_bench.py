@@ -188,3 +188,14 @@ def test_an_out_folder_that_cannot_be_made_is_a_usage_error(tmp_path, where):
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
     assert f"python -m cudafd bench: error: --out {tmp_path / where}: cannot make the folder" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("variable, value", [("CUDAFD_MECHANISM", "telepathy"), ("CUDAFD_MAX_LATENESS", "nan")])
+def test_a_bad_cudafd_variable_is_a_usage_error(monkeypatch, capsys, variable, value):
+    """Every cudafd method would fail in every child, and the run still exit 0 with
+    its baselines' figures: refused before anything runs."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SystemExit) as info:
+        options.parse(["latency"])
+    assert info.value.code == 2
+    assert f"python -m cudafd bench: error: ${variable}=" in capsys.readouterr().err

@@ -15,6 +15,7 @@ import argparse
 import importlib.util
 from typing import Any, NoReturn
 
+from .._core.notifier import check_environment
 from . import SECTIONS
 
 __all__ = ["FULL", "MECHANISMS_SCALE", "QUICK", "error", "parse", "plan"]
@@ -185,6 +186,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
         _parser().error("--streams and --rounds must be positive")
     if args.kernel_us is not None and not 0 < args.kernel_us <= 1e6:
         _parser().error("--kernel-us must be in (0, 1e6]")
+    try:
+        check_environment()  # read by every cudafd method's Notifier, in every child
+    except ValueError as exc:
+        _parser().error(str(exc))
     return args
 
 

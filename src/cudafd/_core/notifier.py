@@ -100,7 +100,7 @@ from .backend import Backend
 from .errors import ClosedError, CudaError, CudafdError, LibraryError
 from .targets import Target, resolve
 
-__all__ = ["Notifier", "MECHANISMS", "default_mechanism"]
+__all__ = ["Notifier", "MECHANISMS", "check_environment", "default_mechanism"]
 
 MECHANISMS = ("event", "hostfunc", "spin", "poll", "syncfd")
 _DONE_TOKEN_BASE = 1 << 63  # tokens of waits complete on arrival (native tokens stay below: waits.c)
@@ -134,6 +134,12 @@ def default_mechanism() -> str:
     if name not in MECHANISMS:
         raise ValueError(f"$CUDAFD_MECHANISM={raw!r} is not a cudafd mechanism: choose one of {', '.join(MECHANISMS)}")
     return name
+
+
+def check_environment() -> None:
+    """Raise what Notifier() would raise for a malformed $CUDAFD_MECHANISM or $CUDAFD_MAX_LATENESS (ValueError)."""
+    default_mechanism()
+    _max_lateness_ns(None)
 
 
 def _check_mechanism(name: object) -> str:
