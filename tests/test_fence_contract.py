@@ -11,7 +11,7 @@ import time
 import pytest
 
 import cudafd
-from support import REAL, readable
+from support import REAL, RUNNING_S, prepare, readable, until
 
 LONG_TIMEOUTS = [3e6, 1e300, 10**30, float("inf"), None]
 
@@ -265,3 +265,35 @@ def test_a_close_beside_a_done_keeps_its_success(dev, mechanism):
     finally:
         n.__class__ = Notifier
     assert f.result() is None
+
+
+def test_a_close_on_another_thread_during_done_lets_the_fd_go(dev, mechanism):
+    """close() on another thread lands between done()'s drain, which found the fence
+    pending, and its look at whether the Notifier is closed. done() reports the
+    ClosedError and takes the close's batch, so the fd and what the Notifier holds go
+    now, as after any close(), not once the Fence is collected."""
+    s = dev.stream()
+    prepare(s, mechanism)
+    s.launch(RUNNING_S)
+    f = cudafd.fence(s, mechanism=mechanism)
+    n = f._notifier
+    real_drain = n.drain
+    closers = []
+
+    def drain():
+        out = real_drain()
+        if not closers:  # done()'s first drain, on this thread: the close lands now
+            closer = threading.Thread(target=f.close)
+            closers.append(closer)
+            closer.start()
+            assert until(lambda: n.closed), "the other thread's close() never closed the Notifier"
+        return out
+
+    n.drain = drain
+    assert f.done() is True
+    closers[0].join(10)
+    assert not closers[0].is_alive()
+    with pytest.raises(cudafd.ClosedError):
+        f.result()
+    assert (n.pending, n.statistics()["fd_open"]) == (0, 0), n.statistics()
+    assert not s.idle(), "the close, not the GPU, ended the wait"

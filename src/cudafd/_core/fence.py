@@ -152,7 +152,10 @@ class Fence:
             if self._outcome is not _PENDING:
                 return True
             notifier.poll()
-            for token, exc in notifier.drain():
+            results = notifier.drain()
+            if not results and notifier.closed:  # a close() on another thread since that drain:
+                results = notifier.drain()  # its batch, whose drain lets the fd go
+            for token, exc in results:
                 if token == self._token:
                     # close() marks the fence closed before it closes the Notifier
                     self._outcome = ClosedError(_CLOSED) if self._closed and isinstance(exc, ClosedError) else exc
