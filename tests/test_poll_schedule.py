@@ -15,12 +15,13 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from support import REAL, RUNNING_S, readable
+from support import REAL, RUNNING_S, readable, run
 
 import cudafd
 from cudafd._core import driver as _driver
 from cudafd._core import kernels as _kernels
 from cudafd._core.policy import ask_interval_ns
+from cudafd._core.targets import resolve
 
 MS = 1_000_000
 
@@ -168,6 +169,54 @@ def test_the_timer_is_readable_while_completions_are_queued_and_after_close(dev)
     n.close()
     assert readable(fd, 0), "closed: readable for good, so readers drain the close"
     n.drain()
+
+
+def test_the_timer_stays_readable_while_a_completion_kept_for_the_loop_waits_for_its_drain(dev):
+    """drain() takes an awaited wait's completion and keeps it for adapter_drain(),
+    signalling the Notifier: the timer the loop's reader waits on is readable
+    until that drain, whatever poll() is called meanwhile."""
+    s = dev.stream()
+    with cudafd.Notifier("poll", max_lateness=1.0) as n:
+        fd = n._reader_fd
+        token = n.adapter_watch(resolve(s))  # an idle stream: over once its record completes
+        deadline = time.monotonic() + 10
+        while not n._backend._done and time.monotonic() < deadline:
+            n.poll()
+        assert n._backend._done, "the finished wait was never found"
+        assert n.drain() == []  # the loop's: kept for adapter_drain()
+        assert readable(fd, 5.0), "a completion is kept for the loop: its reader must drain"
+        n.poll()
+        assert readable(fd, 5.0), "a poll() left the loop's kept completion without a wake"
+        assert n.adapter_drain() == [(token, None)]
+        assert not readable(fd, 0.05), "drained, nothing pending: quiet"
+
+
+def test_an_awaited_wait_kept_by_drain_resumes_though_poll_ran_before_the_loop(dev, loop_flavor):
+    """watch()/drain() and ``await n.wait()`` share a "poll" Notifier. The program's
+    poll() and drain() take the awaited wait's completion (kept for the loop) and
+    poll() again before the loop's reader runs: the task still resumes."""
+    s = dev.stream()
+
+    async def body(api):
+        n = api.notifier
+
+        def parked():
+            stats = n.statistics()
+            return stats["awaited"] == 1 and stats["fd_holds"] == 1
+
+        async def program():
+            assert await api.until(lambda: parked() or s.idle()), "the wait never parked"
+            if parked():  # (a loop slowed past the kernel ends the wait before it parks)
+                s.synchronize()  # on the loop's thread: its reader has not run since
+                n.poll()
+                assert n.drain() == []  # the awaited wait's: kept for the loop
+                n.poll()
+
+        s.launch(0.2)
+        [resumed, _] = await api.gather(api.within(10, api.wait(s)), program())
+        return resumed
+
+    assert run(loop_flavor, "poll", body) is True
 
 
 @contextlib.contextmanager

@@ -341,11 +341,12 @@ class PollBackend:
         plan[1] = now + step
 
     def _arm(self) -> None:
-        """Set the timer: at once while completions are queued (or closed), else at the earliest plan."""
+        """Set the timer: at once while completions are queued, the fd is signalled for a drain
+        (the Notifier's completions kept for the other side) or closed, else at the earliest plan."""
         timer = self._timer
         if timer is None:
             return
-        if self._done or self._closed:
+        if self._done or self._signalled or self._closed:
             at = -1
         else:
             at = min((p[1] for p in self._plans.values()), default=0)
