@@ -7,7 +7,7 @@ import pytest
 from support import REAL, new_loop
 
 import cudafd
-from cudafd._loops import asyncio_loop
+from cudafd._loops import asyncio_fence, asyncio_loop
 
 ASYNCIO_LOOPS = ["asyncio", "uvloop"]
 
@@ -62,3 +62,43 @@ def test_a_fault_drained_before_its_task_runs_survives_a_cancel(dev, loop_name, 
     assert cancelled == [True]
     assert isinstance(outcome, cudafd.CudaError if fault else asyncio.CancelledError), repr(outcome)
     assert (stats["pending"], stats["fd_holds"]) == (0, 0), stats
+
+
+@pytest.mark.parametrize("fault", [pytest.param(True, marks=_REAL_FAULT), False])
+@pytest.mark.parametrize("loop_name", ASYNCIO_LOOPS)
+def test_a_fence_fault_found_before_its_task_runs_survives_a_cancel(dev, loop_name, fault, monkeypatch):
+    """``await fence``: the reader finds the fence's fault and settles the awaiting
+    future; the task is cancelled before it runs. The task raises the fault, as an
+    ``await cudafd.wait()`` does; a success lets the cancellation through."""
+    s = dev.stream()
+    fire = asyncio_fence._ReadinessWaiter._fire
+    cancelled = []
+
+    def fire_then_cancel(self):
+        ready = fire(self)
+        if ready:
+            cancelled.append(task.cancel())
+        return ready
+
+    monkeypatch.setattr(asyncio_fence._ReadinessWaiter, "_fire", fire_then_cancel)
+
+    async def awaited(f):
+        await f
+
+    async def body():
+        nonlocal task
+        s.launch(0.05, fault=fault)
+        with cudafd.fence(s) as f:
+            task = asyncio.ensure_future(awaited(f))
+            try:
+                await task
+            except (cudafd.CudaError, asyncio.CancelledError) as exc:
+                outcome = exc
+            stats = f._notifier.statistics()
+        return outcome, stats
+
+    task = None
+    outcome, stats = _run(loop_name, body)
+    assert cancelled == [True]
+    assert isinstance(outcome, cudafd.CudaError if fault else asyncio.CancelledError), repr(outcome)
+    assert stats["fd_holds"] == 0, stats

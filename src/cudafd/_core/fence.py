@@ -266,8 +266,19 @@ class Fence:
         then result(). Several tasks may await one Fence; cancelling one detaches only that one."""
         notifier = self._notifier
         if notifier is not None and not self.done():
-            await loop_hook.wait_until(notifier, self.done)
+            await loop_hook.wait_until(notifier, self._settled)
         self.result()
+
+    def _settled(self) -> bool:
+        """done(), raising the fault (a CudaError; not ClosedError) once it is the outcome: what
+        ``await fence`` waits on, so the adapter settles every awaiting task with the fault
+        itself, and a cancellation that comes after that does not hide it."""
+        if not self.done():
+            return False
+        outcome = self._outcome
+        if outcome is not None and not isinstance(outcome, ClosedError):
+            raise outcome  # type: ignore[misc]
+        return True
 
     def __enter__(self) -> Fence:
         return self

@@ -9,8 +9,9 @@ lives above the core (``cudafd/_loops/``). The core never imports that layer:
   makes it this module's ``wait`` attribute, which ``Notifier.wait()`` calls,
   so a wait passes through no wrapper here;
 * ``wait_until(notifier, check)``: a coroutine that returns once ``check()``
-  is true, looking again whenever the Notifier's adapter_hold_fd() fd turns
-  readable (for the "poll" mechanism, its timer). A Fence awaits its outcome so;
+  is true (and raises what it raises), looking again whenever the Notifier's
+  adapter_hold_fd() fd turns readable (for the "poll" mechanism, its timer).
+  A Fence awaits its outcome so;
 * ``running()``: the name of the async library running in this thread
   ("asyncio", "trio", ...) or None; ``Fence.wait()`` warns when it would
   block one.

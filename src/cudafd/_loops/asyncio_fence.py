@@ -5,16 +5,19 @@ fd to turn readable and ``fence.done()`` to turn True (cudafd._core.loop_hook's
 Several coroutines may await one Fence; they share one reader (of the
 Notifier's adapter_hold_fd(): with the "poll" mechanism its timer, which also
 fires when it is time to ask the driver again). Cancelling one of them
-unregisters only that one. They await on one loop at a time: another loop's
-await raises CudafdError while the first has awaits pending, unless that
-loop is closed (nothing runs there: its awaits are dropped).
+unregisters only that one. One cancelled after its future got an error (the
+fence's fault; not ClosedError), before it ran, raises that error, as a
+cancelled ``await cudafd.wait()`` does (asyncio_loop.py). They await on one
+loop at a time: another loop's await raises CudafdError while the first has
+awaits pending, unless that loop is closed (nothing runs there: its awaits
+are dropped).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from .._core.errors import CudafdError
+from .._core.errors import ClosedError, CudafdError
 from .._core.notifier import Notifier
 from .asyncio_loop import _add_reader, _remove_reader
 
@@ -99,7 +102,8 @@ def _new_holder(notifier: Notifier) -> list[_ReadinessWaiter | None]:
 
 
 async def wait_readiness(notifier: Notifier, check: Callable[[], bool]) -> None:
-    """Wait on the running loop until ``check()`` is True, re-checking whenever the fd is readable.
+    """Wait on the running loop until ``check()`` is True, re-checking whenever the fd is
+    readable; raises what ``check()`` raises.
 
     The waiter state is kept with the Notifier (Notifier.adapter_state) while
     anything awaits, so several coroutines can await the same Fence at once,
@@ -115,6 +119,11 @@ async def wait_readiness(notifier: Notifier, check: Callable[[], bool]) -> None:
     try:
         waiter.add(loop, fut)
         await fut
+    except asyncio.CancelledError:  # (Task.cancel() of a task whose future is done throws it in)
+        exc = fut.exception() if fut.done() and not fut.cancelled() else None
+        if exc is not None and not isinstance(exc, ClosedError):
+            raise exc  # noqa: B904 (the cancellation stays its __context__)
+        raise
     finally:
         waiter.discard(fut)
         if not waiter._futures and holder[0] is waiter:
