@@ -45,7 +45,9 @@ static enum advance advance(struct sim_stream *s, uint64_t now, uint64_t *deadli
         case SIM_OP_KERNEL:
             if (!op->kernel.end_ns) {
                 uint64_t start = s->head_ready_ns > op->enq_ns ? s->head_ready_ns : op->enq_ns;
-                op->kernel.end_ns = start + op->kernel.ns;
+                /* An end past what the clock counts is never reached, as on
+                 * a GPU (cudafd_spin compares the time elapsed). */
+                op->kernel.end_ns = op->kernel.ns > UINT64_MAX - start ? UINT64_MAX : start + op->kernel.ns;
                 if (!op->kernel.end_ns)
                     op->kernel.end_ns = 1;
             }

@@ -131,3 +131,45 @@ fn a_young_fence_asking_finds_a_fault() {
         panic!("live counts not back to zero: {:?}", s.live());
     }
 }
+
+#[test]
+fn a_kernel_too_long_for_the_clock_runs_until_its_context_goes() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let sim = sim::load().unwrap();
+    let before = sim.stats();
+    let ctx = sim.context(0).unwrap();
+    let stream = ctx.stream().unwrap();
+    let gpu = cudafd::spin::Device::open(0).unwrap();
+    let spin_stream = gpu.stream().unwrap();
+    let notifier = Notifier::new(Mechanism::Event).unwrap();
+    // Their ends are past what a u64 of nanoseconds from now can count.
+    stream.launch(Duration::MAX).unwrap();
+    spin_stream.launch(Duration::MAX, false).unwrap();
+    let mut fences = [
+        notifier.watch(stream.as_raw()).unwrap(),
+        notifier.watch(spin_stream.as_raw()).unwrap(),
+    ];
+    for (what, fence) in ["sim::Stream", "spin::Stream"].iter().zip(&mut fences) {
+        match fence.wait(Some(Duration::from_millis(100))) {
+            Err(Error::Timeout) => {}
+            other => panic!("{what}: a kernel of Duration::MAX ended: {other:?}"),
+        }
+    }
+    assert!(!cudafd::stream_done(stream.as_raw()));
+    assert!(!cudafd::stream_done(spin_stream.as_raw()));
+    // Destroying a context drops its queued work.
+    drop((fences, notifier, stream, ctx, spin_stream, gpu));
+    if let Err(s) = cudafd::stats::wait_for_zero(Duration::from_secs(10)) {
+        panic!("live counts not back to zero: {:?}", s.live());
+    }
+    let after = sim.stats();
+    assert_eq!(
+        (after.contexts, after.streams, after.events, after.queued),
+        (
+            before.contexts,
+            before.streams,
+            before.events,
+            before.queued
+        )
+    );
+}
