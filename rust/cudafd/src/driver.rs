@@ -27,8 +27,8 @@ const CUDA_API_VERSION: c_int = 12000;
 type GetProcAddress =
     unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CUresult;
 
-/// A library opened with dlopen; never closed (cudafd's threads use the
-/// driver until the process exits).
+/// A library opened with dlopen. The driver's is never closed (cudafd's
+/// threads use it until the process exits).
 pub(crate) struct Lib(Handle);
 
 unsafe impl Send for Lib {}
@@ -51,6 +51,12 @@ impl Lib {
             });
         }
         Ok(Lib(h))
+    }
+
+    /// Close it. Only for a library none of whose code is in use: no
+    /// function pointer of it kept, no thread of it started.
+    pub(crate) fn close(self) {
+        unsafe { libc::dlclose(self.0) };
     }
 
     /// The exported symbol `name`, or null.

@@ -102,7 +102,27 @@ pub fn load_from(path: &Path) -> Result<&'static Simulator, Error> {
         call: "cudafd::sim::load",
     })?;
     let lib = Lib::open(text)?;
-    let s = unsafe {
+    // Until libcudafd takes it as its driver, nothing keeps a function of
+    // the library or runs one: a library refused here is closed again.
+    let s = match unsafe { Simulator::resolve(&lib, path, text) }
+        .and_then(|s| crate::set_driver(path).map(|()| s))
+    {
+        Ok(s) => s,
+        Err(e) => {
+            lib.close();
+            return Err(e);
+        }
+    };
+    crate::driver_load()?;
+    let s: &'static Simulator = Box::leak(Box::new(s));
+    *sim = Some(s);
+    Ok(s)
+}
+
+impl Simulator {
+    /// The simulator's entry points in `lib`, if it has this crate's ABI.
+    /// Safety: `lib` must stay open while the simulator is used.
+    unsafe fn resolve(lib: &Lib, path: &Path, text: &str) -> Result<Simulator, Error> {
         let abi: ffi::cudafdsim_abi_version = lib.func("cudafdsim_abi_version")?;
         let got = abi();
         if got != ffi::CUDAFDSIM_ABI_VERSION {
@@ -115,23 +135,16 @@ pub fn load_from(path: &Path) -> Result<&'static Simulator, Error> {
                 call: "cudafd::sim::load",
             });
         }
-        Simulator {
+        Ok(Simulator {
             path: path.to_path_buf(),
             ctx_create: lib.func("cudafdsim_ctx_create")?,
             ctx_destroy: lib.func("cudafdsim_ctx_destroy")?,
             launch: lib.func("cudafdsim_launch")?,
             ctx_fault: lib.func("cudafdsim_ctx_fault")?,
             stats: lib.func("cudafdsim_stats")?,
-        }
-    };
-    crate::set_driver(path)?;
-    crate::driver_load()?;
-    let s: &'static Simulator = Box::leak(Box::new(s));
-    *sim = Some(s);
-    Ok(s)
-}
+        })
+    }
 
-impl Simulator {
     /// The library's path.
     pub fn path(&self) -> &Path {
         &self.path
