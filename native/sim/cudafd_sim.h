@@ -113,6 +113,8 @@ void cudafdsim_delay_next_query(uint64_t ns);
 /* Make the next cuEventRecord sleep ns after it enqueued the record, before
  * it returns, as a thread descheduled there would. */
 void cudafdsim_delay_after_next_record(uint64_t ns);
+/* 1 while that delay is set and no cuEventRecord has taken it yet, else 0. */
+int cudafdsim_record_delay_armed(void);
 
 /* Live counts, for leak checks: 0 contexts (created, not destroyed; primary
  * contexts count while retained), 1 streams, 2 events, 3 queued operations,

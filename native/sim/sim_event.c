@@ -128,6 +128,14 @@ SIM_API void cudafdsim_delay_after_next_record(uint64_t ns)
     pthread_mutex_unlock(&sim.lock);
 }
 
+SIM_API int cudafdsim_record_delay_armed(void)
+{
+    pthread_mutex_lock(&sim.lock);
+    int armed = record_delay_ns != 0;
+    pthread_mutex_unlock(&sim.lock);
+    return armed;
+}
+
 SIM_API CUresult cuEventRecord(CUevent event, CUstream stream)
 {
     SIM_CHECK_INIT();

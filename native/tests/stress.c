@@ -57,6 +57,7 @@ static CUresult (*sim_primary_state)(CUdevice, unsigned int *, int *);
 void (*sim_delay_next_query)(uint64_t);
 static CUresult (*sim_ctx_sync)(void);
 static void (*sim_delay_after_next_record)(uint64_t);
+static int (*sim_record_delay_armed)(void);
 
 static void load_sim(void)
 {
@@ -75,6 +76,7 @@ static void load_sim(void)
     SYM(sim_event_destroy, "cuEventDestroy");
     SYM(sim_ctx_sync, "cuCtxSynchronize");
     SYM(sim_delay_after_next_record, "cudafdsim_delay_after_next_record");
+    SYM(sim_record_delay_armed, "cudafdsim_record_delay_armed");
 #undef SYM
 }
 
@@ -121,6 +123,16 @@ void *watch_on_a_thread(void *p)
     return NULL;
 }
 
+/* Until the record that sim_delay_after_next_record held up has been made
+ * (it then sleeps before it returns): a thread that was slow to start, on a
+ * loaded machine, still records before B's work is launched. */
+static void record_taken(void)
+{
+    double end = now_s() + 30.0;
+    while (sim_record_delay_armed() && now_s() < end)
+        usleep(1000);
+}
+
 /* A's wait, whose point came before B's work, is the first to complete,
  * within a second (B's work takes 2 s). */
 static void expect_first(cudafd_notifier *n, uint64_t a, int mech, const char *what)
@@ -149,7 +161,7 @@ static void test_concurrent_watches_keep_record_order(int mech, CUcontext ctx)
     sim_delay_after_next_record(100 * 1000 * 1000);
     pthread_t th;
     pthread_create(&th, NULL, watch_on_a_thread, &a);
-    usleep(30 * 1000); /* A recorded, and is held up before it returns */
+    record_taken(); /* A recorded, and is held up before it returns */
     sim_launch(a.s, 2000ull * 1000 * 1000, 0);
     uint64_t b = 0;
     CHECK(cudafd_watch_stream(n, (uintptr_t)a.s, &b) == CUDAFD_OK, "mech %d: B's watch", mech);
@@ -199,7 +211,7 @@ static void test_concurrent_event_watches_keep_record_order(int mech, CUcontext 
     sim_delay_after_next_record(100 * 1000 * 1000);
     pthread_t th;
     pthread_create(&th, NULL, watch_event_on_a_thread, &a);
-    usleep(30 * 1000); /* A recorded, and is held up before it returns */
+    record_taken(); /* A recorded, and is held up before it returns */
     sim_launch(s, 2000ull * 1000 * 1000, 0);
     sim_event_record(a.ev, s);
     uint64_t b = 0;
