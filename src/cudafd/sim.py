@@ -187,9 +187,13 @@ class Stream:
     def launch(self, seconds: float, fault: str | int | bool | None = None) -> None:
         """Enqueue a kernel that occupies the stream for ``seconds``.
 
-        ``fault``: a CUresult name ("CUDA_ERROR_ILLEGAL_ADDRESS"), a code, or
-        True (CUDA_ERROR_ILLEGAL_ADDRESS); when the kernel ends every live
-        context faults with it (sticky), as on a GPU.
+        ``seconds``: a number from 0 to 2**63 ns (~292 years); ValueError
+        outside that (NaN too), TypeError for a bool or anything else.
+        ``fault``: a CUresult name ("CUDA_ERROR_ILLEGAL_ADDRESS"), a code
+        (below 2**31; 0 is none), or True (CUDA_ERROR_ILLEGAL_ADDRESS); when
+        the kernel ends every live context faults with it (sticky), as on a
+        GPU. ValueError for an unknown name or a code out of range, TypeError
+        for another type.
         """
         self._check_open()
         ns = int(_kernel_seconds(seconds) * 1e9)
@@ -198,7 +202,9 @@ class Stream:
         _driver.check(res, "cudafdsim_launch")
 
     def launch_kernel(self, seconds: float, fault: bool = False) -> None:
-        """Launch the cudafd_spin kernel through cuLaunchKernel, as on a real GPU (see cudafd._core.kernels)."""
+        """Launch the cudafd_spin kernel through cuLaunchKernel, as on a real GPU (see cudafd._core.kernels).
+
+        ``seconds`` as for launch()."""
         self._check_open()
         _kernels.launch_spin(self.handle, _kernel_seconds(seconds), fault)
 

@@ -68,7 +68,7 @@ class Backend(Protocol):
         ...
 
     def timer_fd(self) -> int:
-        """The poll mechanism: an fd readable when poll() is due and while completions are queued (else -1)."""
+        """The poll mechanism: an fd readable when poll() is due and while fileno() is (else -1)."""
         ...
 
     def close(self) -> None:

@@ -17,9 +17,12 @@ any timeout threading.Event.wait takes, and more: ``None``, ``float('inf')``
 or a huge number wait without limit (poll(2) is given at most an hour at a
 time), zero, a negative number or NaN look once; a bool is refused
 (TypeError), as it is almost always a mistake. Async use: ``await fence``
-waits through the running loop's adapter. A fault in the awaited work raises CudaError from wait(),
-result() and await. close() detaches the wait (the GPU work is not
-cancelled); a fence closed before it finished reports ClosedError.
+waits through the running loop's adapter, on a check (_settled) that raises
+the fault, so a task cancelled after the adapter found it raises it too. A
+fault in the awaited work raises CudaError from wait(), result() and await.
+close() (any thread, during another thread's done() too) detaches the wait
+(the GPU work is not cancelled) and releases the fd once no loop's reader
+holds it; a fence closed before it finished reports ClosedError.
 
 A Fence is meant to be used by one thread at a time; close() may be called
 from any thread.
@@ -87,7 +90,14 @@ def _warn_if_in_loop() -> None:
 
 
 class Fence:
-    """One GPU point, observable through ``fileno()``, ``done()``, ``wait()``, ``result()`` or ``await``."""
+    """One GPU point, observable through ``fileno()``, ``done()``, ``wait()``, ``result()`` or ``await``.
+
+    ``await fence`` (asyncio, uvloop, trio, anyio) returns once done, or raises
+    as result() does. Several tasks may await one Fence; cancelling one
+    detaches only that task (the Fence's wait goes on). A
+    cancellation that comes after the fault was found, before the task
+    resumed, leaves the task raising the CudaError.
+    """
 
     def __init__(self, target: object, mechanism: str | None = None) -> None:
         self._closed = True  # first: a half-built object is safe to collect
@@ -311,6 +321,6 @@ def fence(target: object, mechanism: str | None = None) -> Fence:
 
     The event may be re-recorded or destroyed once fence() returns, except with
     the "poll" mechanism, which asks about the event itself (its latest record
-    then): there not until the fence is done. See Fence. ``mechanism`` as for Notifier (default "event", or $CUDAFD_MECHANISM).
+    then): there not until the fence is done. See Fence. ``mechanism`` as for Notifier (default $CUDAFD_MECHANISM unless blank, else "event").
     """
     return Fence(target, mechanism)

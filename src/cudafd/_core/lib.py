@@ -272,11 +272,12 @@ def _apply_choice(lib: ctypes.CDLL) -> None:
 def use_driver(path: str | os.PathLike[str] | None) -> None:
     """Choose the CUDA driver library (a path or soname) before cudafd first uses one.
 
-    ``None`` restores the default ($CUDAFD_DRIVER, else ``libcuda.so.1``).
+    ``path`` is a str, bytes or os.PathLike; ``None`` restores the default
+    ($CUDAFD_DRIVER, else ``libcuda.so.1``).
     Calling it again with the driver already in use is a no-op; choosing a
     different one after a driver was loaded raises :class:`CudafdError`
     (one process has one driver). Raises TypeError for something that is
-    not a path, ValueError for ``""``.
+    not a path, ValueError for ``""`` (or ``b""``).
     """
     global _choice
     want = os.fsdecode(path) if path is not None else None  # (the core takes it encoded: a str here)

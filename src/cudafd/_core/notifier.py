@@ -207,13 +207,14 @@ class Notifier:
     """A pollable fd plus a queue of finished waits (see the module docstring).
 
     ``mechanism`` is how the GPU's progress is learnt: "event" (default, or
-    $CUDAFD_MECHANISM), "hostfunc", "spin", "poll" or "syncfd" (Jetson,
-    experimental: docs/jetson.md). Where libcudafd.so cannot
+    $CUDAFD_MECHANISM unless blank), "hostfunc", "spin", "poll" or "syncfd"
+    (Jetson, experimental: docs/jetson.md). Where libcudafd.so cannot
     load, "poll" is used instead, with a RuntimeWarning saying why. Raises
-    ValueError for an unknown mechanism and CudafdError when the mechanism
-    cannot be used here (see ``python -m cudafd doctor``).
+    ValueError for an unknown mechanism (naming $CUDAFD_MECHANISM when it
+    came from there) and CudafdError when the mechanism cannot be used here
+    (see ``python -m cudafd doctor``).
 
-    ``max_lateness`` (seconds; default $CUDAFD_MAX_LATENESS, else 400 µs):
+    ``max_lateness`` (seconds; default $CUDAFD_MAX_LATENESS unless blank, else 400 µs):
     with the "event" mechanism the core's poller asks about a wait at least
     this often, so it finds the wait at most this long after its work ended,
     plus the time the machine takes to wake the poller and then the loop
@@ -221,7 +222,8 @@ class Notifier:
     docs/performance.md); a long wait costs about 1/max_lateness poller
     wake-ups per second. Faults surface within it too. With "poll" the
     loop's own thread asks on the same schedule (no poller, no hand-off; a
-    wake of the loop per ask). Between 1 µs and 10 s; ValueError otherwise.
+    wake of the loop per ask). Between 1 µs and 10 s; ValueError otherwise
+    (naming $CUDAFD_MAX_LATENESS for a value of it out of range or not a number).
     """
 
     mechanism: str
@@ -662,7 +664,8 @@ class Notifier:
         """Loop-adapter protocol: keep the fds open until adapter_release_fd(); call it before
         registering a reader. Returns the fd to register: fileno()'s, or with the "poll"
         mechanism the backend's timer, readable when adapter_poll() is due and while
-        completions are queued. Raises ClosedError once the fds were released."""
+        fileno() is (completions queued for either kind of drain, or closed). Raises
+        ClosedError once the fds were released."""
         with self._lock:
             if self._later:
                 self._catch_up()

@@ -17,8 +17,10 @@ anyway, so heads due at nearby times share one wake (the native poller's
 rule, which saved wakes there; here, where the loop's thread is awake most
 of the time on several streams, it saved nothing measurable:
 docs/performance.md). The backend keeps a timerfd (``timer_fd()``) armed at
-the earliest due time, or at once while completions are queued: a loop
-adapter registers that fd, and on each readable calls poll() then drains.
+the earliest due time, or at once while the eventfd is readable (completions
+queued here, or kept by the Notifier for its other kind of drain, or
+closed): a loop adapter registers that fd, and on each readable calls poll()
+then drains.
 So the loop's own thread asks the driver, woken by its own timer, and no
 completion is handed across threads. On the H200 host that is earlier than
 the "event" mechanism, whose native poller hands each completion to a loop
@@ -322,7 +324,8 @@ class PollBackend:
     # ---- asking ----
 
     def timer_fd(self) -> int:
-        """Readable when poll() is due, and at once while completions are queued or once closed."""
+        """Readable when poll() is due, and at once while the eventfd is readable (completions
+        queued, or kept by the Notifier for a drain) or once closed."""
         return self._timer.fileno() if self._timer is not None else -1
 
     def _plan_new(self, key: object) -> None:

@@ -1,6 +1,6 @@
 """asyncio adapter for a Fence: futures waiting, on one loop, for the Fence's
-fd to turn readable and ``fence.done()`` to turn True (cudafd._core.loop_hook's
-``wait_until``).
+fd to turn readable and its check to turn True or raise the fault
+(cudafd._core.loop_hook's ``wait_until``).
 
 Several coroutines may await one Fence; they share one reader (of the
 Notifier's adapter_hold_fd(): with the "poll" mechanism its timer, which also

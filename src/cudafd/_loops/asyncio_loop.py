@@ -34,20 +34,20 @@ Dispatcher._park, which cancels the token if it was not reported: the wait is
 detached, the GPU work is not cancelled, nothing leaks; a task cancelled after
 its future got an error (a fault; not ClosedError), before it ran, raises it.
 
-Lifetimes. The loop's default Notifier is kept in a WeakKeyDictionary keyed
-by the loop; it refers to nothing of the loop's, and a weakref.finalize on
-the loop closes it. A Dispatcher (per loop and Notifier, in weak-keyed
-tables) holds its Notifier weakly and its parked futures only through a
-weak reference: they belong to a _Parked, which only the loop (through the
-registered reader) and the parked coroutines hold. So no global reference
-reaches a future or a loop: a loop closed with waits pending (closing drops
-its readers) is collected, and its default Notifier closed, like any other;
-a Notifier of the user's used under many loops keeps nothing of any.
+Lifetimes. The loop's default Notifier is kept in a WeakKeyDictionary keyed by the loop, with
+a weakref.finalize on the loop that closes it; it refers to nothing of the loop's. One closed is
+let go: close_default_notifier() detaches its finalizer, and so does the next wait after its own
+close(), which makes a new one. A Dispatcher (per loop and Notifier, in weak-keyed tables)
+holds its Notifier weakly and its parked futures only through a weak reference: they belong to a
+_Parked, which only the loop (through the registered reader) and the parked coroutines hold. So
+no global reference reaches a future or a loop: a loop closed with waits pending (closing drops
+its readers) is collected, and its default Notifier closed, like any other; a Notifier of the
+user's used under many loops keeps nothing of any.
 
 Facts relied on: asyncio runs callbacks on the loop's thread only, so this
 state needs no lock; the fd the reader registers is level-triggered (the
 "poll" mechanism's timer stays readable until re-armed, and is readable
-while completions are queued), so a reader that asks and drains everything
+while the Notifier's fd is), so a reader that asks and drains everything
 never misses a completion; a loop without add_reader (the
 Windows proactor loop) raises NotImplementedError.
 

@@ -107,10 +107,14 @@ def wait(target: object, *, notifier: Notifier | None = None) -> Coroutine[Any, 
     (one per loop, created on first use, closed when the loop is collected).
 
     Raises CudaError if the awaited work (or its context) faulted, ClosedError
-    if the notifier was closed meanwhile, TypeError/ValueError for a bad target.
+    if the notifier was closed meanwhile, TypeError/ValueError for a bad target,
+    ValueError for a malformed $CUDAFD_MECHANISM or $CUDAFD_MAX_LATENESS when
+    it makes the default Notifier.
     Cancelling the wait (task.cancel(), asyncio.timeout, trio.move_on_after,
     trio.fail_after, any trio or anyio cancel scope) detaches it: the GPU
-    work is not cancelled, and nothing is left registered. No thread is
+    work is not cancelled, and nothing is left registered. A cancellation
+    that comes after the wait's fault was found, before its task resumed,
+    leaves the task raising the CudaError. No thread is
     blocked and no Python code runs on a native thread.
 
     The async library is detected when wait() is called: asyncio, uvloop,
@@ -158,7 +162,9 @@ def prepare(stream: object) -> None:
     it drains: docs/guide.md, "Many streams").
 
     Raises CudafdError outside a running asyncio, uvloop, trio or anyio
-    loop, TypeError for something that is not a stream.
+    loop, TypeError for something that is not a stream, ValueError for a
+    malformed $CUDAFD_MECHANISM or $CUDAFD_MAX_LATENESS when it makes the
+    default Notifier.
     """
     loop = _plain_asyncio_loop()
     library = "asyncio" if loop is not None else "trio" if _in_trio() else current_async_library()

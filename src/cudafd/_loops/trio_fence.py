@@ -1,6 +1,6 @@
 """trio adapter for a Fence (anyio's trio backend too): tasks of one trio run
-waiting, through the Fence's Notifier, until ``fence.done()`` turns True
-(cudafd._core.loop_hook's ``wait_until``).
+waiting, through the Fence's Notifier, until its check (done(), raising the
+fault) turns True (cudafd._core.loop_hook's ``wait_until``).
 
 Several tasks may await one Fence at once; they take turns at its fd as the
 waits of a Dispatcher do (trio_loop._Waiters), and are all resolved together.
@@ -51,7 +51,7 @@ class _FenceWaiters(_Waiters):
 
 @enable_ki_protection  # (trio_loop's module docstring, "KeyboardInterrupt")
 async def wait_until(notifier: Notifier, check: Callable[[], bool]) -> None:
-    """``await fence`` under trio: return once ``check()`` (the fence's done()) is True.
+    """``await fence`` under trio: return once ``check()`` (the Fence's done(), raising its fault) is True.
 
     Raises what check() raises, and CudafdError if the fence is being
     awaited in another trio run.

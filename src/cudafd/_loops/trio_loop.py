@@ -35,8 +35,8 @@ the asking waits of a target only the first asks.
 
 With the "poll" mechanism no thread writes the fd: the reader waits on the
 Notifier's timer instead (adapter_hold_fd), which the backend arms for when
-the next wait is due to be asked (a new wait moves it earlier), and asks
-(adapter_poll) before it drains.
+the next wait is due to be asked (a new wait moves it earlier), or at once
+while the Notifier's fd is readable, and asks (adapter_poll) before it drains.
 
 Cancellation (``trio.move_on_after``, ``fail_after``, any cancel scope,
 anyio's scopes) detaches the wait: the abort callback cancels the token at
