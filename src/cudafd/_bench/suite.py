@@ -6,7 +6,10 @@ lateness (per loop).
 A child that fails or times out costs its own section only; the rest goes
 on. The whole suite has a budget too: once it is spent, what is left is
 skipped with a note. Exit status: 0 when every section that ran gave its
-figures (targets missed or not), 1 when one failed, 2 for bad options.
+figures (targets missed or not), 1 when one failed, 2 for bad options, an
+--out that cannot be made a folder, or a malformed $CUDAFD_MECHANISM or
+$CUDAFD_MAX_LATENESS (every cudafd method's Notifier reads them), refused
+with the usage before anything runs.
 """
 
 from __future__ import annotations

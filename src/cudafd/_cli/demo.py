@@ -11,6 +11,12 @@ so that no stream's kernel waits for another's), else on the simulator (and
 says so beside its figures); shows a progress bar while it runs (rich or tqdm
 when importable), then throughput, CPU, lateness percentiles, how the waits
 were answered, and whether cudafd holds anything afterwards (it should not).
+
+Exit status: 0; 2 for bad input (--waits or --streams not positive, a
+malformed $CUDAFD_MECHANISM or $CUDAFD_MAX_LATENESS), 1 for a mechanism
+this machine cannot use (``--mechanism syncfd`` off Jetson), each with a
+one-line error. On the simulator a faulting kernel's wait follows, on the
+demo's mechanism.
 """
 
 from __future__ import annotations

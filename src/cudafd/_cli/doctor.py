@@ -2,6 +2,12 @@
 
 Useful with no GPU at all: it then says why the driver is unusable and runs
 the self-test on the simulator.
+
+Exit status: 0 when every check passed ("all good"), 1 otherwise ("some
+checks FAILED"). A check that raises is a FAILED line naming the error, not
+a traceback: a malformed $CUDAFD_MAX_LATENESS fails every self-test line,
+and a malformed $CUDAFD_MECHANISM the simulator's fault check, which waits
+on the default Notifier (on a GPU nothing reads it).
 """
 
 from __future__ import annotations
