@@ -218,7 +218,8 @@ int cudafd_watch_event_fence(cudafd_notifier *n, uintptr_t event, uint64_t *toke
  * why", then one line per step, in order, "STEP | what it does | RESULT", where
  * RESULT is "ok", "not run" or why it failed. The steps: library, driver,
  * device, module, attributes, reconcile, syncpoint, import, signal, extract,
- * fence, pollfd, trigger, poll. Valid for the life of the process. */
+ * fence, pollfd, trigger, poll. Valid for the life of the process (a run
+ * again rewrites the text). */
 const char *cudafd_syncfd_report(void);
 /* Detach a pending wait: it will not be reported, and the event poller lets
  * it go at its next round instead of asking about it until its work ends; a
@@ -228,7 +229,9 @@ const char *cudafd_syncfd_report(void);
  * closed (its waits are detached then). */
 int cudafd_cancel(cudafd_notifier *n, uint64_t token);
 /* Move up to `max` completions into out[]; returns how many (>= 0), or
- * CUDAFD_E_CLOSED once the notifier is closed and nothing is queued. */
+ * CUDAFD_E_CLOSED once the notifier is closed and nothing is queued. `out`
+ * may be NULL when `max` is 0 (nothing is taken). CUDAFD_E_INVALID for a
+ * NULL notifier, a negative `max`, or a NULL `out` with `max` above 0. */
 int cudafd_drain(cudafd_notifier *n, cudafd_completion *out, int max);
 /* Number of watches not yet drained or cancelled. */
 int cudafd_notifier_pending(const cudafd_notifier *n);

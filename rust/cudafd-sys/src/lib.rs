@@ -177,12 +177,15 @@ extern "C" {
         token: *mut u64,
         fence_fd: *mut c_int,
     ) -> c_int;
-    /// The syncfd mechanism's self-test as text, one line per step (runs it on the first call).
+    /// The syncfd mechanism's self-test as text, one line per step (runs it on the first call,
+    /// and again at a later one while the driver could not be loaded).
     pub fn cudafd_syncfd_report() -> *const c_char;
     /// Detach a pending wait: it will not be reported; the GPU work goes on.
     pub fn cudafd_cancel(n: *mut cudafd_notifier, token: u64) -> c_int;
     /// Move up to `max` completions into `out`; returns how many, or
-    /// `CUDAFD_E_CLOSED` once closed and empty.
+    /// `CUDAFD_E_CLOSED` once closed and empty. `out` may be null when `max`
+    /// is 0; `CUDAFD_E_INVALID` for a negative `max` or a null `out` with
+    /// `max` above 0.
     pub fn cudafd_drain(n: *mut cudafd_notifier, out: *mut cudafd_completion, max: c_int) -> c_int;
     /// Watches not yet drained or cancelled.
     pub fn cudafd_notifier_pending(n: *const cudafd_notifier) -> c_int;
