@@ -476,6 +476,34 @@ def _use_driver_given_bytes_then_empty() -> None:
     dev.close()
 
 
+def _use_driver_given_a_path_that_is_not_utf8(folder: str) -> None:
+    import os
+
+    from cudafd._core import lib as _lib
+
+    link = os.fsencode(folder) + b"/sim-\xff.so"  # a file name no str encodes in UTF-8
+    os.symlink(_lib.sim_library_path(), link)
+    cudafd.use_driver(link)
+    with cudafd.Notifier() as n:  # loads the core, which is handed the bytes as they are
+        dev = cudafd.sim.Device()
+        n.watch(dev.stream())
+    assert os.fsencode(_lib.committed_driver_path()) == link
+    assert os.fsencode(_lib.driver_path()) == link
+    dev.close()
+
+
+def test_use_driver_takes_a_path_that_is_not_utf8(tmp_path):
+    """Linux file names are bytes: one that is not UTF-8 reaches the core's loader unchanged."""
+    import os
+
+    from cudafd._core import lib as _lib
+    from support import in_child
+
+    if not os.path.exists(_lib.sim_library_path()):
+        pytest.skip("the simulator is not built here")
+    in_child(f"test_bad_input._use_driver_given_a_path_that_is_not_utf8({str(tmp_path)!r})")
+
+
 def test_use_driver_takes_a_bytes_path_and_refuses_an_empty_one():
     """Before the core loads (a fresh process): a bytes path reached the core's loader
     as bytes (AttributeError at the first Notifier); '' chose the default silently."""

@@ -52,6 +52,16 @@ def test_doctor_reports_a_bad_variable_as_a_failed_check(variable, value):
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stdout + r.stderr
     lines = r.stdout.splitlines()
     assert f"  {variable:<14} {value}" in lines, lines  # shown with the environment
+    env_line = next(line for line in lines if line.startswith("  environment "))
+    assert f"FAILED: ${variable}='{value}'" in env_line, env_line  # whether or not a check reads it
     fault = next(line for line in lines if line.startswith("  fault "))
     assert f"FAILED: ValueError: ${variable}='{value}'" in fault, fault
     assert lines[-1] == "some checks FAILED", lines
+
+
+def test_doctor_marks_the_mechanism_chosen_by_the_environment_as_the_default():
+    r = subprocess.run([sys.executable, "-m", "cudafd", "doctor", "--sim"], capture_output=True, text=True,
+                       timeout=120, env=child_env(CUDAFD_MECHANISM="spin"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    marked = [line.split()[0] for line in r.stdout.splitlines() if "(default)" in line]
+    assert marked == ["spin"], r.stdout

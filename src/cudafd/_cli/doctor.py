@@ -5,9 +5,10 @@ the self-test on the simulator.
 
 Exit status: 0 when every check passed ("all good"), 1 otherwise ("some
 checks FAILED"). A check that raises is a FAILED line naming the error, not
-a traceback: a malformed $CUDAFD_MAX_LATENESS fails every self-test line,
-and a malformed $CUDAFD_MECHANISM the simulator's fault check, which waits
-on the default Notifier (on a GPU nothing reads it).
+a traceback. A malformed $CUDAFD_MECHANISM or $CUDAFD_MAX_LATENESS is a
+FAILED "environment" line whatever reads it; the latter fails every
+self-test line too, and either the simulator's fault check, which waits on
+the default Notifier.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 
 from .. import MECHANISMS, CudafdError, LibraryError, Notifier, __version__
 from .._core import lib as _lib
+from .._core.notifier import check_environment, default_mechanism
 from ._device import Setup, choose
 
 
@@ -69,9 +71,14 @@ def _mechanisms_section(native: bool) -> list[str]:
     print("mechanisms")
     usable = []
     lib = _lib.loaded()
+    try:
+        default = default_mechanism()
+    except ValueError:  # (reported with the variables)
+        default = None
     for name in MECHANISMS:
         if name == "poll":
-            _line(name, "available (pure Python: the loop polls cuEventQuery with a timer)")
+            _line(name, "available" + (" (default)" if name == default else "")
+                  + " (pure Python: the loop polls cuEventQuery with a timer)")
             usable.append(name)
             continue
         if not native or lib is None:
@@ -79,7 +86,7 @@ def _mechanisms_section(native: bool) -> list[str]:
             continue
         rc = lib.cudafd_mechanism_available(_lib.NATIVE_MECHANISMS[name])
         if rc == 0:
-            _line(name, "available" + (" (default)" if name == "event" else ""))
+            _line(name, "available" + (" (default)" if name == default else ""))
             usable.append(name)
         else:
             _line(name, f"unavailable: {_lib.last_error(lib)}")
@@ -189,6 +196,12 @@ def run(force_sim: bool = False) -> int:
                 "CUDAFD_SYNCFD_FAKE", "CUDA_VISIBLE_DEVICES"):
         if os.environ.get(var):
             _line(var, os.environ[var])
+    try:
+        check_environment()
+        env_ok = True
+    except ValueError as exc:  # every Notifier made without a mechanism or max_lateness refuses it
+        env_ok = False
+        _line("environment", f"FAILED: {exc}")
     native = _native_section()
     setup = _driver_section(force_sim)
     mechanisms = _mechanisms_section(native) if setup is not None else []
@@ -198,6 +211,6 @@ def run(force_sim: bool = False) -> int:
     if setup is None:
         print("self-test skipped: no driver and no simulator")
         return 1
-    ok = _selftest_section(setup, mechanisms)
+    ok = _selftest_section(setup, mechanisms) and env_ok
     print("all good" if ok else "some checks FAILED", file=sys.stdout)
     return 0 if ok else 1

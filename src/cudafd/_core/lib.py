@@ -265,11 +265,11 @@ def _apply_choice(lib: ctypes.CDLL) -> None:
     want = _wanted_driver()
     if want is None and _choice is _UNSET:
         return  # the core applies its own default ($CUDAFD_DRIVER or libcuda.so.1)
-    rc = lib.cudafd_set_driver(want.encode() if want else None)
+    rc = lib.cudafd_set_driver(os.fsencode(want) if want else None)
     raise_for(lib, rc, "choosing the CUDA driver")
 
 
-def use_driver(path: str | os.PathLike[str] | None) -> None:
+def use_driver(path: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None) -> None:
     """Choose the CUDA driver library (a path or soname) before cudafd first uses one.
 
     ``path`` is a str, bytes or os.PathLike; ``None`` restores the default
@@ -297,7 +297,7 @@ def use_driver(path: str | os.PathLike[str] | None) -> None:
             return
         _choice = want
         if _core is not None:
-            rc = _core.cudafd_set_driver(want.encode() if want else None)
+            rc = _core.cudafd_set_driver(os.fsencode(want) if want else None)
             raise_for(_core, rc, "choosing the CUDA driver")
 
 
@@ -328,7 +328,7 @@ def committed_driver_path() -> str | None:
     if _core is not None:
         raw = _core.cudafd_driver_path()
         if raw:
-            return raw.decode()
+            return os.fsdecode(raw)
     return None
 
 
@@ -356,4 +356,4 @@ def driver_path() -> str:
         rc = lib.cudafd_driver_load()
         raise_for(lib, rc, "loading the CUDA driver")
         raw = lib.cudafd_driver_path()
-    return raw.decode()
+    return os.fsdecode(raw)
