@@ -3,8 +3,9 @@ native/tests/token_wrap.c: tokens across the wrap of their generation, and
 native/tests/clock_step.c: the watchdog's timed waits across a step of the
 wall clock, native/tests/callback_lock.c: the driver's callback thread while the
 core's lock is held, native/tests/bad_input.c: bad input to the C API) against
-the simulator: plain, under AddressSanitizer and under ThreadSanitizer. The same
-commands are documented in docs/development.md."""
+the simulator: plain, under AddressSanitizer, ThreadSanitizer and
+UndefinedBehaviorSanitizer. The same commands are documented in
+docs/development.md."""
 from __future__ import annotations
 
 import os
@@ -24,12 +25,13 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.mark.timeout(660)  # (the run below has its own limit of 600 s)
-@pytest.mark.parametrize("sanitizer", ["", "address", "thread"])
+@pytest.mark.parametrize("sanitizer", ["", "address", "thread", "undefined"])
 def test_stress_and_sim_selftest(sanitizer, tmp_path):
     env = dict(os.environ)
     env.pop("CUDAFD_DRIVER", None)
     env["TSAN_OPTIONS"] = "halt_on_error=1 second_deadlock_stack=1"
     env["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=0"
+    env["UBSAN_OPTIONS"] = "halt_on_error=1 print_stacktrace=1"
     out = str(tmp_path / (sanitizer or "plain"))
     cmd = ["make", "-s", "-C", NATIVE, f"SAN={sanitizer}", f"SANOUT={out}", f"DEST={out}", "check"]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)

@@ -186,7 +186,7 @@ async def _fault_demo(mechanism: str) -> None:
 def run(waits: int = 40000, streams: int = 32, force_sim: bool = False, mechanism: str | None = None) -> int:
     """Run the demo; returns the exit status."""
     if waits <= 0 or streams <= 0:
-        print("--waits and --streams must be positive", file=sys.stderr)
+        print("python -m cudafd demo: error: --waits and --streams must be positive", file=sys.stderr)
         return 2
     os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", str(min(streams, 32)))  # read when the context is made
     setup = choose(force_sim)
@@ -198,7 +198,8 @@ def run(waits: int = 40000, streams: int = 32, force_sim: bool = False, mechanis
     finally:
         loop.close()
         setup.close()
-    print(_left_open())
+    if status != 2:  # (2: the input was refused before any wait)
+        print(_left_open())
     return status
 
 
