@@ -196,7 +196,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--streams", type=int, default=8, help="streams, with a task each (default 8)")
     p.add_argument("--rounds", type=int, default=10, help="kernels each task launches and awaits (default 10)")
     p.add_argument("--fault", action="store_true", help="also show a faulting kernel's wait (simulator)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for name in ("streams", "rounds"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be at least 1")
+    return args
 
 
 if __name__ == "__main__":

@@ -39,3 +39,19 @@ def test_selectors_example(mechanism):
     out = run_example("selectors_wait.py", mechanism)
     assert "all checks passed" in out, out
     assert f"{mechanism} mechanism" in out, out
+
+
+def run_refused(name: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, os.path.join(EXAMPLES, name), "--sim", *args],
+        capture_output=True, text=True, timeout=60, check=False, env=child_env(),
+    )
+
+
+@pytest.mark.skipif(importlib.util.find_spec("trio") is None, reason="needs trio")
+@pytest.mark.parametrize("args", [("--streams", "0"), ("--rounds", "0"), ("--streams", "-3"), ("--rounds", "-1")])
+def test_trio_example_refuses_bad_counts(args):
+    r = run_refused("trio_wait.py", *args)
+    assert r.returncode == 2 and f"{args[0]} must be at least 1" in r.stderr, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr, r.stderr
+
