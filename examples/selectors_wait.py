@@ -174,7 +174,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--sim", action="store_true", help="use the simulator even where a GPU is usable")
     p.add_argument("--streams", type=int, default=64, help="streams (default 64)")
     p.add_argument("--watches", type=int, default=8, help="kernels, each watched, per stream (default 8)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for name in ("streams", "watches"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be at least 1")
+    return args
 
 
 if __name__ == "__main__":

@@ -55,3 +55,9 @@ def test_trio_example_refuses_bad_counts(args):
     assert r.returncode == 2 and f"{args[0]} must be at least 1" in r.stderr, (r.stdout, r.stderr)
     assert "Traceback" not in r.stderr, r.stderr
 
+
+@pytest.mark.parametrize("args", [("--streams", "0"), ("--watches", "0"), ("--streams", "-3"), ("--watches", "-1")])
+def test_selectors_example_refuses_bad_counts(args):
+    r = run_refused("selectors_wait.py", *args)
+    assert r.returncode == 2 and f"{args[0]} must be at least 1" in r.stderr, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr and "checks passed" not in r.stdout, (r.stdout, r.stderr)
