@@ -30,7 +30,8 @@ nominal end: with 64 streams the figure is mostly that wait, not cudafd's.
 Run with CUDA_DEVICE_MAX_CONNECTIONS=32 and --streams 32 to give each stream
 a queue of its own.
 
-Exit status: 0 all checks passed, 1 a check failed.
+Exit status: 0 all checks passed, 1 a check failed, 2 bad arguments or a
+mechanism unusable here.
 """
 
 from __future__ import annotations
@@ -111,7 +112,12 @@ def run(args: argparse.Namespace) -> int:
     late: list[float] = []
     try:
         streams = gpu.streams(args.streams)
-        with cudafd.Notifier(args.mechanism) as n, selectors.DefaultSelector() as sel:
+        try:
+            notifier = cudafd.Notifier(args.mechanism)
+        except (ValueError, cudafd.CudafdError) as e:  # a bad $CUDAFD_MECHANISM; a mechanism unusable here
+            print(f"selectors_wait.py: error: {e}", file=sys.stderr)
+            return 2
+        with notifier as n, selectors.DefaultSelector() as sel:
             print(f"cudafd {cudafd.__version__}, {n.mechanism} mechanism, on {gpu.name}")
             sel.register(n.fileno(), selectors.EVENT_READ)
             pending: dict = {}  # token -> (stream, kernel, nominal end, event recorded after the kernel)

@@ -61,3 +61,12 @@ def test_selectors_example_refuses_bad_counts(args):
     r = run_refused("selectors_wait.py", *args)
     assert r.returncode == 2 and f"{args[0]} must be at least 1" in r.stderr, (r.stdout, r.stderr)
     assert "Traceback" not in r.stderr and "checks passed" not in r.stdout, (r.stdout, r.stderr)
+
+
+@pytest.mark.skipif(REAL, reason="the simulator's mechanisms")
+def test_selectors_example_reports_an_unusable_mechanism():
+    env = child_env(CUDAFD_MECHANISM="bogus")
+    r = subprocess.run([sys.executable, os.path.join(EXAMPLES, "selectors_wait.py"), "--sim"],
+                       capture_output=True, text=True, timeout=60, check=False, env=env)
+    assert r.returncode == 2 and "error: $CUDAFD_MECHANISM='bogus'" in r.stderr, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr, r.stderr
