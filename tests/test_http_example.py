@@ -25,3 +25,16 @@ def test_http_service_bench_runs():
     assert set(lines) == {"executor", "cudafd"}, r.stdout
     for line in lines.values():
         assert float(line.split()[1].replace(",", "")) > 0, line
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--seconds", "0"), "--seconds must be positive"),
+    (("--seconds", "-1"), "--seconds must be positive"),
+    (("--clients", "0"), "--clients must be at least 1"),
+    (("--serve", "--port", "70000"), "--port must be 0 to 65535"),
+])
+def test_bad_arguments_are_usage_errors(args, message):
+    env = dict(os.environ, CUDAFD_SIMULATOR="1")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "http_service", "service.py"), *args],
+                       capture_output=True, text=True, timeout=60, check=False, env=env)
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr

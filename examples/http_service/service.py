@@ -128,6 +128,12 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--seconds", type=float, default=3.0)
     a = ap.parse_args()
+    if not a.seconds > 0:
+        ap.error("--seconds must be positive")
+    if a.clients < 1:
+        ap.error("--clients must be at least 1")
+    if not 0 <= a.port <= 65535:
+        ap.error("--port must be 0 to 65535")
     model = Model()
     if a.serve:
         async def serve():
