@@ -46,7 +46,11 @@ class Model:
             self.device = cudafd.sim.Device()
             self.streams = [self.device.stream() for _ in range(16)]
             self.where = "the cudafd simulator (1 ms kernel per request)"
-        self.free = list(self.streams)
+        # Streams not in use. A request waits here for one when all are taken;
+        # the queue binds to the running loop at its first wait (Python 3.10+).
+        self.free: asyncio.Queue = asyncio.Queue()
+        for s in self.streams:
+            self.free.put_nowait(s)
 
     def launch(self, stream):
         if self.torch is None:
@@ -67,9 +71,7 @@ async def handle(model: Model, mode: str, reader, writer) -> None:
     loop = asyncio.get_running_loop()
     try:
         while await reader.readuntil(b"\r\n\r\n"):
-            while not model.free:  # backpressure: wait for a stream
-                await asyncio.sleep(0)
-            stream = model.free.pop()
+            stream = await model.free.get()  # backpressure: wait for a stream
             try:
                 out = model.launch(stream)
                 if mode == "cudafd":
@@ -78,7 +80,7 @@ async def handle(model: Model, mode: str, reader, writer) -> None:
                     await loop.run_in_executor(None, model.sync, stream)
                 body = model.result(out)
             finally:
-                model.free.append(stream)
+                model.free.put_nowait(stream)
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
             await writer.drain()
     except (asyncio.IncompleteReadError, ConnectionResetError):
