@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import subprocess
 import sys
 
@@ -38,3 +40,32 @@ def test_bad_arguments_are_usage_errors(args, message):
     r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "http_service", "service.py"), *args],
                        capture_output=True, text=True, timeout=60, check=False, env=env)
     assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(REAL, reason="runs on the simulator")
+def test_serve_answers_and_ctrl_c_stops_it_cleanly():
+    env = dict(os.environ, CUDAFD_SIMULATOR="1")
+    # A child of a shell started in the background inherits SIGINT ignored: restore it.
+    p = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "examples", "http_service", "service.py"), "--serve", "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509 (async-signal-safe)
+    )
+    try:
+        line = p.stdout.readline()
+        port = int(line.split("127.0.0.1:")[1].split()[0])
+        assert port != 0, line
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+            s.sendall(b"GET /infer HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = b""
+            while not answer.endswith(b"ok"):
+                chunk = s.recv(4096)
+                assert chunk, answer
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 200 OK"), answer
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+        p.wait()
+    assert p.returncode == 0 and "Traceback" not in err, (out, err)

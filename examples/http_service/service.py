@@ -66,6 +66,12 @@ class Model:
     def result(self, out) -> bytes:
         return out if isinstance(out, bytes) else f"{float(out):.3f}".encode()
 
+    def close(self) -> None:
+        if self.torch is None:
+            self.device.close()
+        else:
+            self.torch.cuda.synchronize()
+
 
 async def handle(model: Model, mode: str, reader, writer) -> None:
     loop = asyncio.get_running_loop()
@@ -137,14 +143,20 @@ def main() -> None:
     if not 0 <= a.port <= 65535:
         ap.error("--port must be 0 to 65535")
     model = Model()
-    if a.serve:
-        async def serve():
-            server = await asyncio.start_server(lambda r, w: handle(model, a.mode, r, w), "127.0.0.1", a.port)
-            print(f"serving on 127.0.0.1:{a.port} ({a.mode}, {model.where})")
+
+    async def serve():
+        server = await asyncio.start_server(lambda r, w: handle(model, a.mode, r, w), "127.0.0.1", a.port)
+        port = server.sockets[0].getsockname()[1]  # the one chosen for --port 0
+        print(f"serving on 127.0.0.1:{port} ({a.mode}, {model.where}); Ctrl-C stops", flush=True)
+        async with server:
             await server.serve_forever()
-        asyncio.run(serve())
-    else:
-        asyncio.run(bench(model, a.clients, a.seconds))
+
+    try:
+        asyncio.run(serve() if a.serve else bench(model, a.clients, a.seconds))
+    except KeyboardInterrupt:  # Ctrl-C: how --serve ends
+        print("stopped")
+    finally:
+        model.close()
 
 
 if __name__ == "__main__":
