@@ -69,3 +69,20 @@ def test_serve_answers_and_ctrl_c_stops_it_cleanly():
         p.kill()
         p.wait()
     assert p.returncode == 0 and "Traceback" not in err, (out, err)
+
+
+@pytest.mark.skipif(REAL, reason="runs on the simulator")
+def test_simulator_asked_for_is_used_where_torch_sees_a_gpu(tmp_path):
+    # A torch that claims a GPU and has nothing else: CUDAFD_SIMULATOR=1 must keep the service off it.
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text(
+        "class cuda:\n    @staticmethod\n    def is_available():\n        return True\n"
+    )
+    env = dict(os.environ, CUDAFD_SIMULATOR="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    r = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "examples", "http_service", "service.py"),
+         "--bench", "--seconds", "0.2", "--clients", "2"],
+        capture_output=True, text=True, timeout=60, check=False, env=env,
+    )
+    assert r.returncode == 0 and "the cudafd simulator" in r.stdout, (r.stdout, r.stderr)

@@ -4,8 +4,9 @@
     python examples/http_service/service.py --serve --port 8080 --mode cudafd
 
 Each request gets its own CUDA stream from a small pool. The "model" is a
-small PyTorch MLP on a GPU when torch and a GPU are there. Otherwise it is a
-1 ms kernel on the cudafd simulator, which needs no GPU. Two ways to wait for
+small PyTorch MLP on a GPU when torch and a GPU are there. Otherwise, or with
+CUDAFD_SIMULATOR=1, it is a 1 ms kernel on the cudafd simulator, which needs
+no GPU. Two ways to wait for
 the result are compared under the same load:
 
 * ``cudafd``: ``await cudafd.wait(stream)``. The loop keeps serving meanwhile.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import time
 
@@ -31,6 +33,8 @@ class Model:
 
     def __init__(self) -> None:
         try:
+            if os.environ.get("CUDAFD_SIMULATOR") == "1":  # cudafd then loads the simulator, not the GPU's driver
+                raise ImportError
             import torch
 
             if not torch.cuda.is_available():
