@@ -72,6 +72,19 @@ def test_serve_answers_and_ctrl_c_stops_it_cleanly():
 
 
 @pytest.mark.skipif(REAL, reason="runs on the simulator")
+def test_a_port_in_use_is_an_error_line_not_a_traceback():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "http_service", "service.py"),
+                            "--serve", "--port", str(port)], capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, CUDAFD_SIMULATOR="1"))
+    assert r.returncode == 1 and f"cannot serve on 127.0.0.1:{port}" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(REAL, reason="runs on the simulator")
 def test_simulator_asked_for_is_used_where_torch_sees_a_gpu(tmp_path):
     # A torch that claims a GPU and has nothing else: CUDAFD_SIMULATOR=1 must keep the service off it.
     (tmp_path / "torch").mkdir()

@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import os
 import statistics
+import sys
 import time
 
 import cudafd
@@ -159,6 +160,8 @@ def main() -> None:
         asyncio.run(serve() if a.serve else bench(model, a.clients, a.seconds))
     except KeyboardInterrupt:  # Ctrl-C: how --serve ends
         print("stopped")
+    except OSError as exc:  # the port is taken, or not ours to bind
+        sys.exit(f"cannot serve on 127.0.0.1:{a.port}: {exc.strerror or exc}")
     finally:
         model.close()
 
