@@ -413,6 +413,10 @@ def test_c_example_without_a_driver_says_how_to_use_the_simulator(tmp_path):
     r = subprocess.run([str(src / "cudafd-epoll")], capture_output=True, text=True, timeout=120,
                        env=dict(env, CUDAFD_DRIVER=sim))
     assert r.returncode == 0 and "all checks passed" in r.stdout, r.stdout + r.stderr
+    for bad in (["--streams", "8x"], ["--streams", "1"], ["--watches", "0"], ["--watches", "99999999999"]):
+        r = subprocess.run([str(src / "cudafd-epoll"), *bad], capture_output=True, text=True, timeout=60,
+                           env=dict(env, CUDAFD_DRIVER=sim))
+        assert r.returncode == 2 and "not a number from" in r.stderr and f"'{bad[1]}'" in r.stderr, (bad, r.stderr)
 
 
 @pytest.mark.parametrize("stream", [0, 1, 2])

@@ -342,15 +342,28 @@ static void check(bool ok, const char *what)
 
 /* ---- main ---- */
 
+/* A whole decimal number in [lo, hi], or usage(). */
+static int count_arg(const char *text, int lo, int hi, const char *prog)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end || v < lo || v > hi) {
+        fprintf(stderr, "%s: not a number from %d to %d: '%s'\n", prog, lo, hi, text);
+        exit(2);
+    }
+    return (int)v;
+}
+
 static void usage(const char *prog)
 {
     fprintf(stderr,
             "usage: %s [event|hostfunc|spin] [--streams N] [--watches K] [--fault]\n"
-            "  event     pooled events; a poller spins, then paces (default)\n"
+            "  event     pooled events; a poller asks at intervals up to max_lateness (default)\n"
             "  hostfunc  cuLaunchHostFunc on a side stream\n"
             "  spin      pooled events, polled by a shared waiter\n"
-            "  --streams N  streams to launch on (default 8)\n"
-            "  --watches K  kernels and watches per stream (default 4)\n"
+            "  --streams N  streams to launch on, 2 to 1024 (default 8)\n"
+            "  --watches K  kernels and watches per stream, 1 to 1000 (default 4)\n"
             "  --fault      afterwards, launch a faulting kernel and show its status\n"
             "The driver is $CUDAFD_DRIVER if set, else libcuda.so.1; without a GPU,\n"
             "CUDAFD_DRIVER=<the folder of libcudafd.so>/libcudafd_sim.so runs it on the simulator.\n",
@@ -371,17 +384,15 @@ int main(int argc, char **argv)
                    : !strcmp(a, "hostfunc") ? CUDAFD_MECH_HOSTFUNC
                                             : CUDAFD_MECH_SPIN;
         } else if (!strcmp(a, "--streams") && i + 1 < argc) {
-            nstreams = atoi(argv[++i]);
+            nstreams = count_arg(argv[++i], 2, 1024, argv[0]);
         } else if (!strcmp(a, "--watches") && i + 1 < argc) {
-            per_stream = atoi(argv[++i]);
+            per_stream = count_arg(argv[++i], 1, 1000, argv[0]);
         } else if (!strcmp(a, "--fault")) {
             fault_demo = true;
         } else {
             usage(argv[0]);
         }
     }
-    if (nstreams < 2 || nstreams > 1024 || per_stream < 1 || per_stream > 1000)
-        usage(argv[0]);
 
     load_driver(argv[0]);
     int version = 0;
