@@ -372,7 +372,7 @@ def test_a_missed_target_names_what_meeting_it_cost_in_the_same_run():
 
 def test_the_cpu_rows_bound_what_asking_within_max_lateness_costs():
     """A wait that must be found within max_lateness of its end is asked at least every
-    max_lateness from its start: kernel // budget wakes of an asking thread per wait, at the
+    max_lateness from its start: ceil(kernel / budget) wakes of an asking thread per wait, at the
     run's CPU per wake of the core's poller, on top of a loop told at once."""
     section = _section((300, 600, 0.08), (35, 60, 1.0), (300, 900, 0.1))
     res = section["lateness"]["asyncio"]
@@ -400,7 +400,28 @@ def test_the_cpu_rows_bound_what_asking_within_max_lateness_costs():
     assert ("1x10ms: sleep(1ms) poll 264 us at 0.063 (the default 300 at 0.080; a loop told at once 150 us; "
             "finding the end within 400 us by asking: a loop told at once + 25 wakes a wait at 8.0 us = 0.057 cores)") in pareto
     fifty = pareto.split("1x50us: ", 1)[1].split("1x200us: ", 1)[0]
-    assert "a loop told at once 150 us" in fifty and "finding" not in fifty  # shorter than the budget: no ask to count
+    # shorter than the budget: one ask, 0.038 + 95 x 8 us
+    assert "a loop told at once 150 us; finding the end within 400 us by asking: a loop told at once + 1 wake a wait at 8.0 us = 0.039 cores" in fifty
+
+
+def test_asking_within_a_budget_counts_every_ask_up_to_the_one_that_finds_the_end():
+    """Asks no more than a budget apart from a wait's start: the k-th is at most k budgets in,
+    and the one that finds the end comes no earlier than the kernel's length, so a kernel
+    takes ceil(kernel / budget) asks: 3 for 1 ms at 400 µs (at 400, 800 and 1200 µs, the
+    first two before its end), 13 for 5 ms, 25 for 10 ms, 1 for a kernel shorter than the
+    budget."""
+    from cudafd._bench.targets_lateness import ask_bound
+
+    def res(kernel_s: float) -> dict:
+        methods = {"cudafd_default": {"n": 10, "p50": 100.0, "cudafd_us_per_wake": 10.0, "waits_per_s": 100.0},
+                   HANDOFF: {"n": 10, "p50": 50.0, "cores_loop": 0.01, "waits_per_s": 100.0}}
+        return {"max_lateness_us": 400.0, "workloads": {"w": {"kernel_s": kernel_s, "methods": methods}}}
+
+    asks = {k: ask_bound(res(k), "w")[1] for k in (50e-6, 200e-6, 1e-3, 2e-3, 5e-3, 10e-3)}
+    assert asks == {50e-6: 1, 200e-6: 1, 1e-3: 3, 2e-3: 5, 5e-3: 13, 10e-3: 25}, asks
+    assert ask_bound(res(10e-3), "w", 1000.0)[1] == 10 and ask_bound(res(2e-3), "w", 1000.0)[1] == 2
+    cores, n, per_wake = ask_bound(res(1e-3), "w")  # 100 waits a second: 100 us of the loop and 3 x 10 us a wait
+    assert (n, per_wake) == (3, 10.0) and cores == pytest.approx(100 * (0.01 / 100 + 3 * 10e-6))
 
 
 def test_sections_chosen_by_name():

@@ -8,6 +8,8 @@ the workload or the method did not run), with the measured values.
 
 from __future__ import annotations
 
+import math
+
 from .pareto import beaten_by
 from .waiters import BASELINES, BOUNDS, HANDOFF, LABELS
 
@@ -131,11 +133,12 @@ def ask_bound(res: dict, workload: str, budget_us: float | None = None) -> tuple
     """The least CPU (cores) a way that honours a max_lateness of ``budget_us`` (default: the
     default Notifier's) by asking can cost on the one-stream ``workload``, from this run, at
     the default's waits per second: per wait, the loop's thread of the bound (a loop told at
-    once: a wait's share of the loop and nothing else) plus floor(kernel / budget) wakes of an
+    once: a wait's share of the loop and nothing else) plus ceil(kernel / budget) wakes of an
     asking thread (never more than a budget between two asks from the wait's start to the
-    ask that finds its end) at this run's CPU per wake of the core's poller (the default's on
-    this workload, whose naps are no longer than a budget). Returns (cores, asks per wait,
-    µs per wake); None where a figure is missing."""
+    ask that finds its end: the k-th ask is at most k budgets in, and the one that finds the
+    end no earlier than the kernel's length) at this run's CPU per wake of the core's poller
+    (the default's on this workload, whose naps are no longer than a budget). Returns (cores,
+    asks per wait, µs per wake); None where a figure is missing."""
     budget_us = budget_us or res.get("max_lateness_us")
     wl = res.get("workloads", {}).get(workload) or {}
     b, m = _m(res, workload, HANDOFF), _m(res, workload, JUDGED)
@@ -144,20 +147,20 @@ def ask_bound(res: dict, workload: str, budget_us: float | None = None) -> tuple
     per_wake, rate, b_rate = m.get("cudafd_us_per_wake"), m.get("waits_per_s"), b.get("waits_per_s")
     if not per_wake or not rate or not b_rate:
         return None
-    asks = int(wl["kernel_s"] * 1e6 // budget_us)
+    asks = math.ceil(wl["kernel_s"] * 1e6 / budget_us - 1e-9)  # (1e-9: a length that is a whole number of budgets)
     return rate * (b["cores_loop"] / b_rate + asks * per_wake * 1e-6), asks, per_wake
 
 
 def _ask_text(res: dict, workload: str, budget_us: float | None = None, named: bool = True) -> str | None:
     """ask_bound as a row's words (``named``: led by the workload's name); None where it has
-    no asks to count (kernels shorter than the budget: the bound is a loop told at once)."""
+    no asks to count (no kernel length: random lengths)."""
     got = ask_bound(res, workload, budget_us)
     if got is None or not got[1]:
         return None
     cores, asks, per_wake = got
     budget = budget_us or res["max_lateness_us"]
     text = (f"finding the end within {_n(budget)} us by asking: a loop told at once "
-            f"+ {asks} wakes a wait at {per_wake:.1f} us = {cores:.3f} cores")
+            f"+ {asks} wake{'' if asks == 1 else 's'} a wait at {per_wake:.1f} us = {cores:.3f} cores")
     return f"{_short(workload)} bound, {text}" if named else text
 
 
