@@ -245,6 +245,32 @@ def test_the_cpu_meter_tells_the_loops_thread_from_the_others():
     assert m.cpu >= m.split["loop"] + 0.05 - 0.01, (m.cpu, m.split)  # the other thread counts in cpu only
 
 
+def test_the_cpu_meters_split_covers_the_window_of_its_process_cpu(monkeypatch):
+    """Reading the threads' clocks costs the loop's thread CPU just outside the window of the
+    process's CPU: none of it counts in the loop's share either, which stays within ``cpu``."""
+    from cudafd._bench import proc
+
+    real = proc.thread_cpu
+
+    def burn(s):
+        end = time.thread_time() + s
+        while time.thread_time() < end:
+            pass
+
+    def slow_read():  # a read that spends 20 ms of the caller's CPU on each side of its own clock
+        burn(0.02)
+        out = real()
+        burn(0.02)
+        return out
+
+    monkeypatch.setattr(proc, "thread_cpu", slow_read)
+    m = proc.CpuMeter().start()
+    burn(0.01)
+    m.stop()
+    assert m.split and m.split["loop"] >= 0.01 - 1e-3, m.split
+    assert m.split["loop"] <= m.cpu + 2e-3, (m.split, m.cpu)
+
+
 def test_the_cpu_meter_keeps_the_collectors_longest_pause_and_lets_go_of_gc_after():
     import gc
 

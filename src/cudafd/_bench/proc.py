@@ -80,7 +80,9 @@ def _on_gc(phase: str, info: dict) -> None:
 class CpuMeter:
     """Process CPU time (every thread: time.process_time) against wall time, between start() and stop(),
     and (``split``) how much of it the loop's thread (the caller) and cudafd's native threads spent:
-    read just outside the process's window, so reading them does not count in ``cpu``. ``gc_max``:
+    the caller's own clock (time.thread_time) read just inside the process's window, cudafd's
+    threads' clocks (:func:`thread_cpu`) just outside it, so that reading them counts neither in
+    ``cpu`` nor in the loop's share (it costs the reading thread, not the threads read). ``gc_max``:
     the longest collection of Python's garbage collector in the window, seconds. ``with CpuMeter() as m``
     stops it however the block ends, letting go of the gc callback it registered."""
 
@@ -89,7 +91,7 @@ class CpuMeter:
         self.cpu = 0.0
         self.gc_max = 0.0
         self.split: dict[str, float] = {}
-        self._w0 = self._c0 = 0.0
+        self._w0 = self._c0 = self._l0 = 0.0
         self._t0: dict[str, float] = {}
 
     def start(self) -> CpuMeter:
@@ -98,9 +100,11 @@ class CpuMeter:
             gc.callbacks.append(_on_gc)
         _running.add(self)
         self._w0, self._c0 = time.perf_counter(), time.process_time()
+        self._l0 = time.thread_time()  # the caller's window within the process's
         return self
 
     def stop(self) -> CpuMeter:
+        loop = time.thread_time() - self._l0
         self.wall = time.perf_counter() - self._w0
         self.cpu = time.process_time() - self._c0
         _running.discard(self)
@@ -108,7 +112,7 @@ class CpuMeter:
             gc.callbacks.remove(_on_gc)
         t1 = thread_cpu()
         # a thread that ended within the window is missing from t1: its CPU stays in "other" only
-        self.split = {k: max(0.0, t1[k] - self._t0[k]) for k in ("loop", "cudafd")} if self._t0 and t1 else {}
+        self.split = {"loop": max(0.0, loop), "cudafd": max(0.0, t1["cudafd"] - self._t0["cudafd"])} if self._t0 and t1 else {}
         return self
 
     def __enter__(self) -> CpuMeter:
