@@ -356,6 +356,19 @@ def test_lateness_targets_on_synthetic_figures():
     assert {r["status"] for r in empty} == {"n/a"}
 
 
+def test_the_pareto_row_is_not_a_miss_where_the_default_went_unmeasured():
+    """Beaten nowhere it was measured, but not measured on one workload: n/a, as every row
+    with a figure missing; beaten where it was measured: a miss whatever is missing."""
+    section = _section((30, 150, 0.05), (35, 60, 1.0), (300, 900, 0.2))
+    del section["lateness"]["asyncio"]["workloads"]["1x5ms"]["methods"]["cudafd_default"]
+    row = next(r for r in evaluate(section) if r["figure"].startswith("Pareto"))
+    assert row["status"] == "n/a" and "beaten on 0 of 9 workloads" in row["measured"], row
+    section = _section((60, 150, 0.5), (35, 60, 0.4), (300, 900, 0.2))
+    del section["lateness"]["asyncio"]["workloads"]["1x5ms"]["methods"]["cudafd_default"]
+    row = next(r for r in evaluate(section) if r["figure"].startswith("Pareto"))
+    assert row["status"] == "miss" and "beaten on 9 of 9 workloads" in row["measured"], row
+
+
 def test_a_missed_target_names_what_meeting_it_cost_in_the_same_run():
     """Beside a miss: the ways of the run that met the lateness target, cheapest first with
     their cores (the default's own aside), and the ways cheap enough for the CPU target

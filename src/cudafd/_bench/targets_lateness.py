@@ -237,7 +237,7 @@ def _pareto(res: dict, loop: str) -> dict:
     if not judged:
         return _row(figure, target, "not measured", None)
     measured = f"beaten on {len(beaten)} of {judged} workloads" + (": " + "; ".join(beaten) if beaten else "")
-    return _row(figure, target, measured, not beaten and judged == len(names))
+    return _row(figure, target, measured, False if beaten else True if judged == len(names) else None)
 
 
 def _spin(res: dict, loop: str) -> dict:
