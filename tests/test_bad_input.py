@@ -213,8 +213,8 @@ def test_simulated_launch_says_what_a_length_is():
 @pytest.mark.skipif(REAL, reason="the simulator's own API: tested on the simulator")
 @pytest.mark.parametrize("seconds", [float("inf"), 1e300, 2**70, float("nan"), -1])
 def test_simulated_kernel_lengths_out_of_range_are_refused(seconds):
-    """The simulator counts a kernel in uint64 ns: a length past that wrapped round to
-    another one (or raised OverflowError from inside); launch_kernel took any length."""
+    """The simulator counts a kernel in uint64 ns: a length past that, or not a length at
+    all, is refused by launch() and launch_kernel() alike, and nothing is enqueued."""
     dev = cudafd.sim.Device()
     try:
         s = dev.stream()
@@ -231,7 +231,7 @@ def test_simulated_kernel_lengths_out_of_range_are_refused(seconds):
 @pytest.mark.skipif(REAL, reason="the simulator's own API: tested on the simulator")
 @pytest.mark.parametrize("ordinal", [2**32, 2**32 + 1, 2**70, -1, 64])
 def test_simulated_device_that_does_not_exist_is_refused(ordinal):
-    """A C int ordinal: 2**32 + 1 was taken as device 1, silently."""
+    """The ordinal is a C int: 2**32 + 1 must not wrap round to device 1."""
     count = cudafd.sim.driver().device_count()
     with pytest.raises(ValueError, match=rf"no simulated device {ordinal}: the simulator has {count}"):
         cudafd.sim.Device(ordinal)
@@ -246,7 +246,7 @@ def test_simulated_device_ordinal_is_an_int(ordinal):
 
 @pytest.mark.skipif(REAL, reason="the simulator's own API: tested on the simulator")
 def test_simulated_fault_code_out_of_range_is_refused():
-    """A CUresult is a C int: 2**32 + 700 was taken as 700."""
+    """A CUresult is a C int: 2**32 + 700 must not wrap round to 700."""
     dev = cudafd.sim.Device()
     try:
         s = dev.stream()
@@ -509,8 +509,8 @@ def test_use_driver_takes_a_path_that_is_not_utf8(tmp_path):
 
 
 def test_use_driver_takes_a_bytes_path_and_refuses_an_empty_one():
-    """Before the core loads (a fresh process): a bytes path reached the core's loader
-    as bytes (AttributeError at the first Notifier); '' chose the default silently."""
+    """Before the core loads (a fresh process): a bytes path is a path the core's loader
+    is handed; '' is refused, not read as the default."""
     import os
 
     from cudafd._core import lib as _lib
